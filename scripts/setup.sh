@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what media-worker needs on Debian 12, skipping whatever is already present.
+#   scripts/setup.sh          system packages (build + runtime)
+#   scripts/setup.sh --test   also the test servers: tansu (Kafka API) and s3s-fs (S3 API)
+set -euo pipefail
+
+APT_PACKAGES=(pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev opencv-data ffmpeg)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  # A large install can fail halfway when the image has pruned its .deb cache: repair and retry,
+  # then fall back to one package at a time.
+  for attempt in 1 2 3; do
+    if $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; then break; fi
+    $SUDO apt-get -y -qq --fix-broken install || true
+    if [ "$attempt" -eq 3 ]; then
+      for p in "${missing[@]}"; do $SUDO apt-get install -y -qq --no-install-recommends "$p"; done
+    fi
+  done
+fi
+
+if [ "${1:-}" = "--test" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+  if ! command -v s3s-fs >/dev/null || ! s3s-fs --version 2>/dev/null | grep -q '0.14.1'; then
+    echo "setup: cargo install s3s-fs 0.14.1 (about 4 min)"
+    cargo install --locked s3s-fs --version 0.14.1 --features binary
+  fi
+  if ! command -v tansu >/dev/null || ! tansu --version 2>/dev/null | grep -q '0.6.0'; then
+    echo "setup: cargo install tansu 0.6.0 (about 16 min cold)"
+    cargo install --locked tansu --version 0.6.0 --features libsql,dynostore
+  fi
+fi

@@ -1,0 +1,130 @@
+//! Command line: `run`, `demo`, `process`, `schemas`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+use crate::storage::S3Storage;
+use crate::{commands, worker};
+
+#[derive(Parser)]
+#[command(
+    name = "media-worker",
+    version,
+    about = "Kafka-driven media optimisation worker"
+)]
+struct Cli {
+    /// Configuration file layered over the embedded defaults.
+    #[arg(long, global = true, env = "MEDIA_WORKER_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Consume optimize requests from Kafka until SIGTERM/SIGINT, then drain.
+    Run,
+    /// Run the worker on an in-process Kafka cluster and local store over a folder of images.
+    Demo {
+        #[arg(default_value = "../shared/corpus")]
+        dir: PathBuf,
+    },
+    /// Process local files with a profile; one JSON response per line on stdout.
+    Process {
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value = "default")]
+        profile: String,
+    },
+    /// Write the event contract's JSON Schemas.
+    Schemas {
+        #[arg(long, default_value = "schemas")]
+        out: PathBuf,
+    },
+}
+
+/// Exit codes: 0 done, 1 failure (or jobs abandoned at shutdown), 2 invalid configuration.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    crate::telemetry::init_logging();
+    let settings = match Settings::load(cli.config.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("media-worker: invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let code = runtime.block_on(async move {
+        match execute(cli.command, settings).await {
+            Ok(code) => code,
+            Err(e) => {
+                tracing::error!(error = format!("{e:#}"), "fatal");
+                eprintln!("media-worker: {e:#}");
+                1
+            }
+        }
+    });
+    // Native work still running on blocking threads (an abandoned decode) must not hold the
+    // exit: everything that matters is committed or flushed by now.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    ExitCode::from(code)
+}
+
+async fn execute(command: Command, settings: Settings) -> anyhow::Result<u8> {
+    match command {
+        Command::Run => {
+            let shutdown = CancellationToken::new();
+            tokio::spawn(signals(shutdown.clone()));
+            let storage = S3Storage::from_env(&settings.storage).await;
+            let svc = worker::services(Arc::new(settings), Arc::new(storage))?;
+            Ok(match worker::run(svc, shutdown, None).await? {
+                worker::Exit::Drained => 0,
+                worker::Exit::Abandoned(_) => 1,
+            })
+        }
+        Command::Demo { dir } => {
+            commands::demo::run(settings, dir).await?;
+            Ok(0)
+        }
+        Command::Process {
+            inputs,
+            out,
+            profile,
+        } => Ok(
+            if commands::process::run(settings, inputs, out, profile).await? {
+                0
+            } else {
+                1
+            },
+        ),
+        Command::Schemas { out } => {
+            std::fs::create_dir_all(&out)?;
+            for (name, text) in crate::contract::schemas() {
+                std::fs::write(out.join(name), text)?;
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// SIGTERM or SIGINT starts the drain.
+async fn signals(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: draining"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: draining"),
+    }
+    shutdown.cancel();
+}

@@ -1,0 +1,160 @@
+//! `media-worker demo [DIR]`: the real worker (same consumer, job runner and storage interface
+//! as `run`) against an in-process Kafka cluster (rdkafka's MockCluster) and a local store.
+//! Submits every image in DIR and prints a table of the responses.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::util::Timeout;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+use crate::contract::{OptimizeRequest, OptimizeResponse, SCHEMA_VERSION, SourceRef};
+use crate::media::sniff::{self, Sniffed};
+use crate::storage::LocalStorage;
+use crate::worker;
+
+const UPLOADS: &str = "uploads";
+const PARTITIONS: i32 = 4;
+
+pub async fn run(mut settings: Settings, dir: PathBuf) -> anyhow::Result<()> {
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+    let files: Vec<PathBuf> = super::expand_inputs(std::slice::from_ref(&dir))?
+        .into_iter()
+        .filter(|p| matches!(sniff::sniff_file(p), Ok(s) if s != Sniffed::Video))
+        .filter(|p| !matches!(p.extension().and_then(|e| e.to_str()), Some("md" | "tsv")))
+        .collect();
+    anyhow::ensure!(!files.is_empty(), "no images in {}", dir.display());
+
+    let cluster = MockCluster::new(1)?;
+    cluster.create_topic(&settings.kafka.request_topic, PARTITIONS, 1)?;
+    cluster.create_topic(&settings.kafka.response_topic, 1, 1)?;
+    let work = tempfile::tempdir()?;
+    settings.kafka.bootstrap_servers = cluster.bootstrap_servers();
+    settings.http.addr = "127.0.0.1:0".parse()?;
+    settings.worker.tmp_dir = work.path().join("scratch");
+    let out = work.path().join("store");
+    let storage = LocalStorage::new(&out).with_bucket(UPLOADS, &dir);
+
+    let svc = worker::services(Arc::new(settings.clone()), Arc::new(storage))?;
+    let stop = CancellationToken::new();
+    let worker_task = tokio::spawn(worker::run(svc, stop.clone(), None));
+
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &settings.kafka.bootstrap_servers)
+        .create()?;
+    let responses: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &settings.kafka.bootstrap_servers)
+        .set("group.id", "media-worker-demo-reader")
+        .set("auto.offset.reset", "earliest")
+        .create()?;
+    responses.subscribe(&[settings.kafka.response_topic.as_str()])?;
+
+    let started = Instant::now();
+    let mut names = HashMap::new();
+    for file in &files {
+        let media_id = super::media_id_for(file);
+        let req = OptimizeRequest {
+            schema_version: SCHEMA_VERSION,
+            request_id: format!("demo-{media_id}"),
+            media_id: media_id.clone(),
+            user_id: "demo".to_owned(),
+            source: SourceRef {
+                bucket: UPLOADS.to_owned(),
+                key: file.file_name().unwrap().to_string_lossy().into_owned(),
+            },
+            media_type: None,
+            profile: None,
+        };
+        let payload = serde_json::to_vec(&req)?;
+        producer
+            .send(
+                FutureRecord::to(&settings.kafka.request_topic)
+                    .key(&media_id)
+                    .payload(&payload),
+                Timeout::Never,
+            )
+            .await
+            .map_err(|(e, _)| e)?;
+        names.insert(
+            media_id,
+            file.file_name().unwrap().to_string_lossy().into_owned(),
+        );
+    }
+    eprintln!("submitted {} files from {}", files.len(), dir.display());
+
+    let mut got: Vec<OptimizeResponse> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while got.len() < files.len() && Instant::now() < deadline {
+        let polled = tokio::task::block_in_place(|| responses.poll(Duration::from_millis(200)));
+        if let Some(Ok(m)) = polled {
+            if let Some(r) = m.payload().and_then(|p| serde_json::from_slice(p).ok()) {
+                got.push(r);
+            }
+        }
+    }
+    let wall = started.elapsed();
+    stop.cancel();
+    worker_task.await??;
+
+    println!(
+        "{:<40} {:<10} {:<28} {:>7}",
+        "file", "status", "variants / error", "ms"
+    );
+    println!("{}", "-".repeat(88));
+    got.sort_by(|a, b| a.media_id.cmp(&b.media_id));
+    for r in &got {
+        let name = r
+            .media_id
+            .as_ref()
+            .and_then(|m| names.get(m))
+            .cloned()
+            .unwrap_or_default();
+        let detail = match &r.error {
+            Some(e) => e.code.as_str().to_owned(),
+            None => {
+                let widths: std::collections::BTreeSet<u32> =
+                    r.outputs.iter().map(|o| o.width).collect();
+                let w: Vec<String> = widths.iter().map(|w| format!("{w}w")).collect();
+                format!("{} ({})", r.outputs.len(), w.join(","))
+            }
+        };
+        println!(
+            "{:<40} {:<10} {:<28} {:>7}",
+            name,
+            format!("{:?}", r.status).to_lowercase(),
+            detail,
+            r.duration_ms
+        );
+    }
+    let ok = got.iter().filter(|r| r.success).count();
+    println!("{}", "-".repeat(88));
+    println!(
+        "{} responses ({} succeeded, {} failed) for {} files in {:.1} s; outputs under {}",
+        got.len(),
+        ok,
+        got.len() - ok,
+        files.len(),
+        wall.as_secs_f64(),
+        out.display()
+    );
+    anyhow::ensure!(
+        got.len() == files.len(),
+        "missing responses: {} of {}",
+        got.len(),
+        files.len()
+    );
+    // Keep the outputs for inspection.
+    let kept = work.keep();
+    eprintln!("(work dir kept at {})", kept.display());
+    Ok(())
+}

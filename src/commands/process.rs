@@ -1,0 +1,89 @@
+//! `media-worker process FILE|DIR… --out DIR`: the job runner on local files, one JSON response
+//! per line on stdout.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures_util::{StreamExt, stream};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::config::Settings;
+use crate::contract::{OptimizeRequest, SCHEMA_VERSION, SourceRef};
+use crate::job::JobRunner;
+use crate::storage::LocalStorage;
+use crate::worker;
+
+const SOURCE_BUCKET: &str = "local";
+
+/// Returns true when every file succeeded.
+pub async fn run(
+    mut settings: Settings,
+    inputs: Vec<PathBuf>,
+    out: PathBuf,
+    profile: String,
+) -> anyhow::Result<bool> {
+    if settings.profile(&profile).is_none() {
+        anyhow::bail!("unknown profile `{profile}`");
+    }
+    let files = super::expand_inputs(&inputs)?;
+    std::fs::create_dir_all(&out)?;
+    let out = out.canonicalize()?;
+    settings.worker.tmp_dir = out.join(".scratch");
+    let storage = LocalStorage::new(&out)
+        .with_bucket(SOURCE_BUCKET, "/")
+        .with_bucket(&settings.storage.output_bucket, &out);
+    let pool = settings.pool_size();
+    let svc = worker::services(Arc::new(settings), Arc::new(storage))?;
+    let runner = JobRunner::new(svc.clone());
+
+    let bar = if files.len() > 1 {
+        let b = ProgressBar::new(files.len() as u64);
+        b.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed} ETA {eta} {msg}")
+                .expect("valid template"),
+        );
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut all_ok = true;
+    let mut results = stream::iter(files)
+        .map(|file| {
+            let runner = runner.clone();
+            let profile = profile.clone();
+            async move {
+                let abs = file.canonicalize().unwrap_or(file.clone());
+                let req = OptimizeRequest {
+                    schema_version: SCHEMA_VERSION,
+                    request_id: format!("local-{}", super::media_id_for(&file)),
+                    media_id: super::media_id_for(&file),
+                    user_id: "local".to_owned(),
+                    source: SourceRef {
+                        bucket: SOURCE_BUCKET.to_owned(),
+                        key: abs.to_string_lossy().trim_start_matches('/').to_owned(),
+                    },
+                    media_type: None,
+                    profile: Some(profile),
+                };
+                let job = runner
+                    .services()
+                    .registry
+                    .start(&req.request_id, &req.media_id);
+                (file, runner.run(&req, &job).await)
+            }
+        })
+        .buffer_unordered(pool);
+    while let Some((file, response)) = results.next().await {
+        all_ok &= response.success;
+        bar.set_message(
+            file.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned(),
+        );
+        bar.suspend(|| println!("{}", serde_json::to_string(&response).expect("serialises")));
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(all_ok)
+}

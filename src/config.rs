@@ -1,0 +1,391 @@
+//! Configuration: the embedded `config/default.toml`, then an optional file
+//! (`--config` / `MEDIA_WORKER_CONFIG`), then environment variables (see [`ENV_KEYS`]).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Format, Toml};
+use serde::Deserialize;
+
+const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// Environment variables and the config keys they override.
+pub const ENV_KEYS: &[(&str, &str)] = &[
+    ("KAFKA_BOOTSTRAP_SERVERS", "kafka.bootstrap_servers"),
+    ("KAFKA_GROUP_ID", "kafka.group_id"),
+    ("KAFKA_GROUP_INSTANCE_ID", "kafka.group_instance_id"),
+    ("KAFKA_REQUEST_TOPIC", "kafka.request_topic"),
+    ("KAFKA_RESPONSE_TOPIC", "kafka.response_topic"),
+    ("KAFKA_COMMIT_INTERVAL_MS", "kafka.commit_interval_ms"),
+    ("MAX_IN_FLIGHT", "kafka.max_in_flight"),
+    ("OUTPUT_BUCKET", "storage.output_bucket"),
+    ("S3_FORCE_PATH_STYLE", "storage.force_path_style"),
+    ("S3_TIMEOUT_SECS", "storage.timeout_secs"),
+    ("WORKER_ID", "worker.id"),
+    ("WORKER_POOL_SIZE", "worker.pool_size"),
+    ("RETRY_COUNT", "worker.retry_count"),
+    ("RETRY_BASE_MS", "worker.retry_base_ms"),
+    ("TMP_DIR", "worker.tmp_dir"),
+    ("SHUTDOWN_TIMEOUT_SECS", "worker.shutdown_timeout_secs"),
+    ("VIPS_THREADS", "worker.vips_threads"),
+    ("MAX_INPUT_BYTES", "limits.max_input_bytes"),
+    ("MAX_IMAGE_PIXELS", "limits.max_image_pixels"),
+    ("HTTP_ADDR", "http.addr"),
+];
+
+/// Prefix of environment variables passed to librdkafka: `KAFKA_PROPERTY_SESSION_TIMEOUT_MS`
+/// sets `session.timeout.ms`.
+pub const KAFKA_PROPERTY_PREFIX: &str = "KAFKA_PROPERTY_";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub kafka: KafkaSettings,
+    pub storage: StorageSettings,
+    pub worker: WorkerSettings,
+    pub limits: Limits,
+    pub http: HttpSettings,
+    pub profiles: BTreeMap<String, Profile>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSettings {
+    pub bootstrap_servers: String,
+    pub group_id: String,
+    #[serde(default)]
+    pub group_instance_id: Option<String>,
+    pub request_topic: String,
+    pub response_topic: String,
+    pub commit_interval_ms: u64,
+    pub max_in_flight: usize,
+    #[serde(default)]
+    pub properties: BTreeMap<String, PropertyValue>,
+}
+
+/// A librdkafka property value; TOML numbers and booleans are accepted as well as strings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum PropertyValue {
+    Text(String),
+    Int(i64),
+    Bool(bool),
+    Float(f64),
+}
+
+impl std::fmt::Display for PropertyValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Text(s) => f.write_str(s),
+            Self::Int(i) => write!(f, "{i}"),
+            Self::Bool(b) => write!(f, "{b}"),
+            Self::Float(x) => write!(f, "{x}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSettings {
+    pub output_bucket: String,
+    pub force_path_style: bool,
+    pub multipart_threshold_bytes: u64,
+    pub timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerSettings {
+    #[serde(default)]
+    pub id: Option<String>,
+    pub pool_size: usize,
+    pub retry_count: u32,
+    pub retry_base_ms: u64,
+    pub retry_max_ms: u64,
+    pub tmp_dir: PathBuf,
+    pub shutdown_timeout_secs: u64,
+    pub vips_threads: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub max_input_bytes: u64,
+    pub max_image_pixels: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSettings {
+    pub addr: SocketAddr,
+}
+
+/// What to produce for a request.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Include the `analysis` block in the response.
+    pub analysis: bool,
+    /// Target widths; never upscaled (see `media::transform::plan_widths`).
+    pub widths: Vec<u32>,
+    pub formats: Vec<FormatSpec>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FormatSpec {
+    pub format: OutputFormat,
+    pub quality: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputFormat {
+    Webp,
+    Jpeg,
+    Avif,
+}
+
+impl OutputFormat {
+    pub fn ext(self) -> &'static str {
+        match self {
+            Self::Webp => "webp",
+            Self::Jpeg => "jpg",
+            Self::Avif => "avif",
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Webp => "webp",
+            Self::Jpeg => "jpeg",
+            Self::Avif => "avif",
+        }
+    }
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::Webp => "image/webp",
+            Self::Jpeg => "image/jpeg",
+            Self::Avif => "image/avif",
+        }
+    }
+}
+
+/// A configuration problem, reported as one line naming the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Parse(String),
+    #[error("invalid value for key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+impl Settings {
+    /// Loads the embedded defaults, then `file` if given, then the process environment.
+    pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
+        Self::load_from(file, std::env::vars())
+    }
+
+    /// As [`Settings::load`], with an explicit environment (tests).
+    pub fn load_from(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Settings, ConfigError> {
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let mut fig = Figment::from(Toml::string(DEFAULT_TOML));
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(ConfigError::Parse(format!(
+                    "config file not found: {}",
+                    path.display()
+                )));
+            }
+            fig = fig.merge(Toml::file(path));
+        }
+        // Mapped variables are parsed as figment parses environment values ("6000" is a
+        // number, "true" a boolean), so type errors name the key like any other.
+        for (name, key) in ENV_KEYS {
+            if let Some((_, raw)) = env.iter().find(|(n, _)| n == name) {
+                let value: figment::value::Value = raw.parse().expect("infallible");
+                fig = fig.merge((*key, value));
+            }
+        }
+        let mut settings: Settings = fig.extract().map_err(|e| ConfigError::Parse(one_line(e)))?;
+        for (name, value) in &env {
+            if let Some(prop) = name.strip_prefix(KAFKA_PROPERTY_PREFIX) {
+                let prop = prop.to_ascii_lowercase().replace('_', ".");
+                settings
+                    .kafka
+                    .properties
+                    .insert(prop, PropertyValue::Text(value.clone()));
+            }
+        }
+        settings.validate()?;
+        Ok(settings)
+    }
+}
+
+/// figment's error text, on one line and naming the environment variable when it was one.
+fn one_line(e: figment::Error) -> String {
+    let key = e.path.join(".");
+    let env = ENV_KEYS.iter().find(|(_, k)| *k == key).map(|(n, _)| *n);
+    let text = e.to_string().replace('\n', " ");
+    match env {
+        Some(name) if !key.is_empty() => format!("{text} (environment variable {name})"),
+        _ => text,
+    }
+}
+
+impl Settings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: &str| {
+            Err(ConfigError::Invalid {
+                key: key.to_owned(),
+                message: message.to_owned(),
+            })
+        };
+        for name in ["default", "variants"] {
+            if !self.profiles.contains_key(name) {
+                return invalid(&format!("profiles.{name}"), "built-in profile is missing");
+            }
+        }
+        for (name, p) in &self.profiles {
+            if p.widths.is_empty() || p.widths.iter().any(|w| *w == 0 || *w > 16384) {
+                return invalid(
+                    &format!("profiles.{name}.widths"),
+                    "need 1 to 16384 px each, at least one",
+                );
+            }
+            if p.formats.is_empty() {
+                return invalid(
+                    &format!("profiles.{name}.formats"),
+                    "need at least one format",
+                );
+            }
+            if p.formats.iter().any(|f| f.quality == 0 || f.quality > 100) {
+                return invalid(&format!("profiles.{name}.formats"), "quality must be 1-100");
+            }
+        }
+        if self.kafka.bootstrap_servers.trim().is_empty() {
+            return invalid("kafka.bootstrap_servers", "must not be empty");
+        }
+        if self.storage.output_bucket.trim().is_empty() {
+            return invalid("storage.output_bucket", "must not be empty");
+        }
+        if self.limits.max_input_bytes == 0 || self.limits.max_image_pixels == 0 {
+            return invalid("limits", "limits must be positive");
+        }
+        if self.kafka.commit_interval_ms == 0 {
+            return invalid("kafka.commit_interval_ms", "must be positive");
+        }
+        Ok(())
+    }
+
+    /// Concurrent jobs: `worker.pool_size`, or the cores available to this process (std reads
+    /// the cgroup CPU quota, so a pod limited to 2 CPUs gets 2).
+    pub fn pool_size(&self) -> usize {
+        if self.worker.pool_size > 0 {
+            self.worker.pool_size
+        } else {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        }
+    }
+
+    /// Messages dispatched but unfinished before the consumer pauses.
+    pub fn max_in_flight(&self) -> usize {
+        if self.kafka.max_in_flight > 0 {
+            self.kafka.max_in_flight
+        } else {
+            2 * self.pool_size()
+        }
+    }
+
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_secs(self.worker.shutdown_timeout_secs)
+    }
+
+    /// This worker's id in responses: `worker.id`, else the host name.
+    pub fn worker_id(&self) -> String {
+        self.worker.id.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|s| s.trim().to_owned())
+                .unwrap_or_else(|_| "media-worker".to_owned())
+        })
+    }
+
+    pub fn profile(&self, name: &str) -> Option<&Profile> {
+        self.profiles.get(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_load_and_env_overrides_apply() {
+        let s = Settings::load_from(
+            None,
+            env(&[
+                ("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1234"),
+                ("WORKER_POOL_SIZE", "3"),
+                ("S3_FORCE_PATH_STYLE", "true"),
+                ("KAFKA_PROPERTY_SESSION_TIMEOUT_MS", "6000"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.kafka.bootstrap_servers, "127.0.0.1:1234");
+        assert_eq!(s.pool_size(), 3);
+        assert_eq!(s.max_in_flight(), 6);
+        assert!(s.storage.force_path_style);
+        assert_eq!(s.kafka.properties["session.timeout.ms"].to_string(), "6000");
+        assert_eq!(s.profiles["default"].widths, vec![320, 640, 1280, 1920]);
+        assert!(!s.profiles["variants"].analysis);
+    }
+
+    #[test]
+    fn a_bad_value_names_its_key_and_variable() {
+        let e = Settings::load_from(None, env(&[("WORKER_POOL_SIZE", "lots")])).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("worker.pool_size"), "{text}");
+        assert!(text.contains("WORKER_POOL_SIZE"), "{text}");
+        assert!(!text.contains('\n'));
+    }
+
+    #[test]
+    fn an_unknown_key_in_a_file_is_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[worker]\npool_sise = 2\n").unwrap();
+        let text = Settings::load_from(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("pool_sise"), "{text}");
+    }
+
+    #[test]
+    fn profile_validation_names_the_profile() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "[profiles.small]\nanalysis = false\nwidths = []\nformats = []\n",
+        )
+        .unwrap();
+        let text = Settings::load_from(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("profiles.small.widths"), "{text}");
+    }
+}

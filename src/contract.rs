@@ -1,0 +1,169 @@
+//! Event contract v1: the request and response bodies exchanged over Kafka (docs/events.md).
+//! JSON Schemas under `schemas/` are generated from these types (`media-worker schemas`), and a
+//! test fails when the two drift.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ErrorCode;
+use crate::job::Stage;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// `image` or `video`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MediaType {
+    Image,
+    Video,
+}
+
+impl MediaType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Image => "image",
+            Self::Video => "video",
+        }
+    }
+}
+
+/// Where the uploaded original lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SourceRef {
+    pub bucket: String,
+    pub key: String,
+}
+
+/// An optimize request, published on `media.optimize.request` keyed by `media_id`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OptimizeRequest {
+    /// Always 1 for this contract.
+    pub schema_version: u32,
+    /// The producer's id for this request, echoed in the response.
+    pub request_id: String,
+    /// 1-128 characters of `[A-Za-z0-9_-]`; part of every output key.
+    pub media_id: String,
+    /// 1-128 characters of `[A-Za-z0-9_-]`; the first part of every output key.
+    pub user_id: String,
+    pub source: SourceRef,
+    /// A hint only: the type is always detected from the bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<MediaType>,
+    /// A profile name from the configuration; `default` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+}
+
+/// `completed` (all outputs), `degraded` (outputs, with warnings) or `failed` (see `error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Completed,
+    Degraded,
+    Failed,
+}
+
+/// The source as the worker found it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SourceInfo {
+    pub bucket: String,
+    pub key: String,
+    pub size_bytes: Option<u64>,
+    pub etag: Option<String>,
+}
+
+/// One object written by the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Output {
+    /// `variant` (a resized copy).
+    pub role: String,
+    pub bucket: String,
+    pub key: String,
+    /// `webp`, `jpeg` or `avif`.
+    pub format: String,
+    pub content_type: String,
+    pub width: u32,
+    pub height: u32,
+    pub size_bytes: u64,
+}
+
+/// What the worker learnt about an image (null for the `variants` profile).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Analysis {
+    /// Upright width in pixels.
+    pub width: u32,
+    /// Upright height in pixels.
+    pub height: u32,
+    /// Detected container format (`jpeg`, `png`, `webp`, `gif`, `tiff`, `heif`, `avif`).
+    pub format: String,
+    pub has_alpha: bool,
+    pub animated: bool,
+    pub frames: u32,
+    /// EXIF orientation of the source (1-8), already applied to every output.
+    pub orientation: u8,
+}
+
+/// A non-fatal problem.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Warning {
+    pub code: String,
+    pub message: String,
+}
+
+/// Why a job failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    pub message: String,
+    pub stage: Stage,
+    /// True when the same request may succeed if sent again later.
+    pub retryable: bool,
+}
+
+/// Which worker answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkerInfo {
+    pub id: String,
+    pub version: String,
+}
+
+/// The response to every request, published on `media.optimize.response` keyed by `media_id`
+/// (or `{topic}-{partition}-{offset}` when the request carried none).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OptimizeResponse {
+    pub schema_version: u32,
+    /// Echoed from the request; null only when an invalid request carried none.
+    pub request_id: Option<String>,
+    pub media_id: Option<String>,
+    pub user_id: Option<String>,
+    pub success: bool,
+    pub status: Status,
+    pub media_type: Option<MediaType>,
+    pub source: Option<SourceInfo>,
+    pub outputs: Vec<Output>,
+    pub analysis: Option<Analysis>,
+    pub warnings: Vec<Warning>,
+    pub error: Option<ErrorBody>,
+    /// Processing attempts made (0 when the request was invalid).
+    pub attempts: u32,
+    pub duration_ms: u64,
+    pub worker: WorkerInfo,
+    /// RFC 3339, UTC.
+    pub completed_at: String,
+}
+
+/// The JSON Schemas of the contract, as (file name, pretty JSON).
+pub fn schemas() -> Vec<(&'static str, String)> {
+    let pretty =
+        |s: schemars::Schema| serde_json::to_string_pretty(&s).expect("schema is JSON") + "\n";
+    vec![
+        (
+            "optimize-request.v1.json",
+            pretty(schemars::schema_for!(OptimizeRequest)),
+        ),
+        (
+            "optimize-response.v1.json",
+            pretty(schemars::schema_for!(OptimizeResponse)),
+        ),
+    ]
+}

@@ -1,0 +1,118 @@
+//! Building the response for every way a job can end, in one place.
+
+use std::time::Instant;
+
+use crate::contract::{
+    Analysis, ErrorBody, MediaType, OptimizeRequest, OptimizeResponse, Output, SCHEMA_VERSION,
+    SourceInfo, Status, Warning, WorkerInfo,
+};
+use crate::stages::validate::Invalid;
+
+use super::{Failure, Stage};
+
+/// What a successful attempt produced.
+#[derive(Debug)]
+pub struct Done {
+    pub source: SourceInfo,
+    pub media_type: MediaType,
+    pub outputs: Vec<Output>,
+    pub analysis: Option<Analysis>,
+    pub warnings: Vec<Warning>,
+}
+
+/// How a job ended.
+pub enum Ending {
+    Done(Done),
+    Failed {
+        failure: Failure,
+        source: Option<SourceInfo>,
+    },
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+fn base(worker: &WorkerInfo, started: Instant) -> OptimizeResponse {
+    OptimizeResponse {
+        schema_version: SCHEMA_VERSION,
+        request_id: None,
+        media_id: None,
+        user_id: None,
+        success: false,
+        status: Status::Failed,
+        media_type: None,
+        source: None,
+        outputs: Vec::new(),
+        analysis: None,
+        warnings: Vec::new(),
+        error: None,
+        attempts: 0,
+        duration_ms: started.elapsed().as_millis() as u64,
+        worker: worker.clone(),
+        completed_at: now_rfc3339(),
+    }
+}
+
+/// The response to a valid request.
+pub fn for_request(
+    worker: &WorkerInfo,
+    req: &OptimizeRequest,
+    ending: Ending,
+    attempts: u32,
+    started: Instant,
+) -> OptimizeResponse {
+    let mut r = base(worker, started);
+    r.request_id = Some(req.request_id.clone());
+    r.media_id = Some(req.media_id.clone());
+    r.user_id = Some(req.user_id.clone());
+    r.media_type = req.media_type;
+    r.attempts = attempts;
+    match ending {
+        Ending::Done(done) => {
+            r.success = true;
+            r.status = if done.warnings.is_empty() {
+                Status::Completed
+            } else {
+                Status::Degraded
+            };
+            r.media_type = Some(done.media_type);
+            r.source = Some(done.source);
+            r.outputs = done.outputs;
+            r.analysis = done.analysis;
+            r.warnings = done.warnings;
+        }
+        Ending::Failed { failure, source } => {
+            r.source = source.or_else(|| {
+                Some(SourceInfo {
+                    bucket: req.source.bucket.clone(),
+                    key: req.source.key.clone(),
+                    size_bytes: None,
+                    etag: None,
+                })
+            });
+            r.error = Some(ErrorBody {
+                code: failure.error.code(),
+                message: failure.error.to_string(),
+                stage: failure.stage,
+                retryable: failure.error.is_transient(),
+            });
+        }
+    }
+    r
+}
+
+/// The response to a payload that is not a valid request.
+pub fn for_invalid(worker: &WorkerInfo, invalid: &Invalid, started: Instant) -> OptimizeResponse {
+    let mut r = base(worker, started);
+    r.request_id = invalid.request_id.clone();
+    r.media_id = invalid.media_id.clone();
+    r.user_id = invalid.user_id.clone();
+    r.error = Some(ErrorBody {
+        code: crate::error::ErrorCode::InvalidRequest,
+        message: invalid.reason.clone(),
+        stage: Stage::Validate,
+        retryable: false,
+    });
+    r
+}

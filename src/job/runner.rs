@@ -1,0 +1,171 @@
+//! Runs one validated request to its response: attempts, retries, stages.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+
+use crate::config::Settings;
+use crate::contract::{OptimizeRequest, OptimizeResponse, WorkerInfo};
+use crate::media::{self, MediaJob};
+use crate::stages::{download, upload};
+use crate::storage::Storage;
+use crate::telemetry::Metrics;
+
+use super::response::{self, Done, Ending};
+use super::scratch::ScratchDir;
+use super::{Failure, JobHandle, Phase, Registry, Stage, retry};
+
+/// What every job shares.
+#[derive(Clone)]
+pub struct Services {
+    pub settings: Arc<Settings>,
+    pub storage: Arc<dyn Storage>,
+    pub metrics: Arc<Metrics>,
+    pub registry: Registry,
+    pub worker: WorkerInfo,
+}
+
+#[derive(Clone)]
+pub struct JobRunner {
+    svc: Services,
+    /// One permit per concurrent job (cores by default).
+    pool: Arc<Semaphore>,
+}
+
+impl JobRunner {
+    pub fn new(svc: Services) -> JobRunner {
+        let size = svc.settings.pool_size();
+        svc.metrics.pool_size.set(size as i64);
+        JobRunner {
+            pool: Arc::new(Semaphore::new(size)),
+            svc,
+        }
+    }
+
+    pub fn services(&self) -> &Services {
+        &self.svc
+    }
+
+    /// Runs a request to its final response. Never fails: a failure is a response too.
+    pub async fn run(&self, req: &OptimizeRequest, job: &JobHandle) -> OptimizeResponse {
+        let started = Instant::now();
+        let settings = &self.svc.settings;
+        let max_attempts = settings.worker.retry_count + 1;
+        let mut attempt = 0;
+        let ending = loop {
+            attempt += 1;
+            job.attempt(attempt);
+            job.phase(Phase::Queued);
+            let result = {
+                let _permit = self.pool.acquire().await.expect("pool is never closed");
+                let _busy = self.svc.metrics.busy_permit();
+                self.attempt(req, job).await
+            };
+            match result {
+                Ok(done) => break Ending::Done(done),
+                Err((failure, _)) if failure.error.is_transient() && attempt < max_attempts => {
+                    let code = failure.error.code().as_str();
+                    self.svc.metrics.retries.with_label_values(&[code]).inc();
+                    tracing::warn!(job = job.id(), attempt, stage = failure.stage.as_str(),
+                        error = %failure.error, "transient failure, will retry");
+                    job.phase(Phase::Backoff);
+                    // The permit is released while we wait.
+                    tokio::time::sleep(retry::backoff(
+                        attempt,
+                        Duration::from_millis(settings.worker.retry_base_ms),
+                        Duration::from_millis(settings.worker.retry_max_ms),
+                    ))
+                    .await;
+                }
+                Err((failure, source)) => break Ending::Failed { failure, source },
+            }
+        };
+        response::for_request(&self.svc.worker, req, ending, attempt, started)
+    }
+
+    /// One attempt, in its own scratch directory (removed when this returns or is dropped).
+    async fn attempt(
+        &self,
+        req: &OptimizeRequest,
+        job: &JobHandle,
+    ) -> Result<Done, (Failure, Option<crate::contract::SourceInfo>)> {
+        let svc = &self.svc;
+        let scratch = ScratchDir::create(&svc.settings.worker.tmp_dir, job.id())
+            .map_err(|e| (Failure::at(Stage::Download)(e), None))?;
+
+        let source = self
+            .timed(
+                job,
+                Stage::Download,
+                download::run(svc, &req.source, &scratch.source()),
+            )
+            .await
+            .map_err(|f| (f, None))?;
+
+        // probe → analyze → transform: native code, off the async runtime's threads, behind
+        // the one narrow function `media::process`.
+        let profile_name = req.profile.clone().unwrap_or_else(|| "default".to_owned());
+        let spec = MediaJob {
+            profile: svc.settings.profiles[&profile_name].clone(),
+            limits: svc.settings.limits.clone(),
+            hint: req.media_type,
+        };
+        let (input, out_dir) = (scratch.source(), scratch.out_dir());
+        let (handle, metrics) = (job.clone(), svc.metrics.clone());
+        let media = tokio::task::spawn_blocking(move || {
+            let mut current: Option<(Stage, Instant)> = None;
+            let mut on_stage = |stage: Stage| {
+                if let Some((s, t)) = current.replace((stage, Instant::now())) {
+                    metrics.observe_stage(s, t.elapsed());
+                }
+                handle.stage(stage);
+            };
+            let r = media::process(&spec, &input, &out_dir, &mut on_stage);
+            if let Some((s, t)) = current {
+                metrics.observe_stage(s, t.elapsed());
+            }
+            r
+        })
+        .await;
+        let media = match media {
+            Ok(Ok(m)) => m,
+            Ok(Err(f)) => return Err((Failure::at(f.stage)(f.error), Some(source))),
+            Err(join) => {
+                let e = media::MediaError::Crashed(format!("media task failed: {join}"));
+                return Err((Failure::at(Stage::Transform)(e), Some(source)));
+            }
+        };
+
+        let outputs = self
+            .timed(
+                job,
+                Stage::Upload,
+                upload::run(svc, req, media.media_type, &media.files),
+            )
+            .await
+            .map_err(|f| (f, Some(source.clone())))?;
+        drop(scratch);
+        Ok(Done {
+            source,
+            media_type: media.media_type,
+            outputs,
+            analysis: media.analysis,
+            warnings: media.warnings,
+        })
+    }
+
+    /// Runs an async stage, recording it in the registry and the stage histogram.
+    async fn timed<T, E: Into<crate::error::JobError>>(
+        &self,
+        job: &JobHandle,
+        stage: Stage,
+        fut: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, Failure> {
+        job.stage(stage);
+        let t = Instant::now();
+        let r = fut.await.map_err(Failure::at(stage));
+        self.svc.metrics.observe_stage(stage, t.elapsed());
+        r
+    }
+}

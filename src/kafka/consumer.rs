@@ -1,0 +1,368 @@
+//! The consumer: an rdkafka poll loop on its own thread, talking to async code through typed
+//! messages.
+//!
+//! # Protocol
+//! - The poll thread owns the `BaseConsumer` and the [`OffsetTracker`]. Each message it polls is
+//!   recorded as dispatched and sent to the worker as a [`Delivery`] (an owned copy: no rdkafka
+//!   type crosses the channel).
+//! - When a job's response is published, the worker sends the delivery's token back through an
+//!   [`Acker`]; the thread marks it finished. Every `commit_interval` it commits, per partition,
+//!   the lowest unfinished offset (async). Nothing is stored or committed on receipt.
+//! - Flow control: at `max_in_flight` unfinished messages the thread pauses its partitions and
+//!   keeps polling (so the member stays in the group and serves rebalances); it resumes at half.
+//! - Revoke is a barrier: inside the rebalance callback (on this thread) it waits up to
+//!   `revoke_drain` for the revoked partitions' jobs, applying their acks as they come, commits
+//!   synchronously what finished, then lets the partitions go. Jobs that finish later carry a
+//!   stale generation and never commit for a partition we no longer own.
+//! - Shutdown: `stop_fetching` pauses everything and drops any message still polled (never
+//!   dispatched, so never committed: it will be redelivered). `close` commits synchronously and
+//!   closes the consumer, which leaves the group.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaResult;
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use super::offsets::{OffsetToken, OffsetTracker, Tp};
+use crate::config::Settings;
+use crate::telemetry::Metrics;
+
+const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// A request message, owned, as the worker sees it.
+#[derive(Debug)]
+pub struct Delivery {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+    pub traceparent: Option<String>,
+    pub token: OffsetToken,
+}
+
+enum Command {
+    Finished(OffsetToken),
+    StopFetching,
+    Close,
+}
+
+/// Reports finished messages to the poll thread.
+#[derive(Clone)]
+pub struct Acker(Sender<Command>);
+
+impl Acker {
+    /// The message's response is published: its offset may be committed.
+    pub fn finished(&self, token: OffsetToken) {
+        let _ = self.0.send(Command::Finished(token));
+    }
+}
+
+struct LoopState {
+    tracker: OffsetTracker,
+    commands: Receiver<Command>,
+    stopping: bool,
+    closing: bool,
+    paused: bool,
+}
+
+struct SourceContext {
+    state: Mutex<LoopState>,
+    metrics: Arc<Metrics>,
+    revoke_drain: Duration,
+}
+
+impl ClientContext for SourceContext {}
+
+impl ConsumerContext for SourceContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(tpl) => self.on_revoke(consumer, tpl),
+            Rebalance::Error(e) => {
+                self.metrics.rebalances.with_label_values(&["error"]).inc();
+                tracing::error!(error = %e, "rebalance error");
+            }
+            Rebalance::Assign(_) => {}
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            self.on_assign(consumer, tpl);
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        if let Err(e) = result {
+            self.metrics.commit_failures.inc();
+            tracing::warn!(error = %e, offsets = ?offsets.to_topic_map(), "offset commit failed");
+        }
+    }
+}
+
+fn partitions(tpl: &TopicPartitionList) -> Vec<Tp> {
+    tpl.elements()
+        .iter()
+        .map(|e| (e.topic().to_owned(), e.partition()))
+        .collect()
+}
+
+impl SourceContext {
+    fn apply(st: &mut LoopState, cmd: Command) {
+        match cmd {
+            Command::Finished(t) => {
+                st.tracker.finished(&t);
+            }
+            Command::StopFetching => st.stopping = true,
+            Command::Close => {
+                st.stopping = true;
+                st.closing = true;
+            }
+        }
+    }
+
+    fn drain_commands(st: &mut LoopState) {
+        loop {
+            match st.commands.try_recv() {
+                Ok(cmd) => Self::apply(st, cmd),
+                Err(TryRecvError::Empty) => break,
+                // The worker is gone: nothing will be finished any more.
+                Err(TryRecvError::Disconnected) => {
+                    st.stopping = true;
+                    st.closing = true;
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Commits positions (only of `only`, when given). Sync commits send every known position.
+    fn commit(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        st: &mut LoopState,
+        only: Option<&[Tp]>,
+        mode: CommitMode,
+    ) {
+        let positions: Vec<(Tp, i64)> = st
+            .tracker
+            .committable(matches!(mode, CommitMode::Sync))
+            .into_iter()
+            .filter(|(tp, _)| only.is_none_or(|o| o.contains(tp)))
+            .collect();
+        if positions.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, partition), pos) in &positions {
+            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*pos));
+        }
+        self.metrics.commits.inc();
+        match consumer.commit(&tpl, mode) {
+            Ok(()) => {
+                for (tp, pos) in &positions {
+                    st.tracker.mark_committed(tp, *pos);
+                }
+            }
+            Err(e) => {
+                self.metrics.commit_failures.inc();
+                tracing::warn!(error = %e, ?positions, "offset commit failed");
+            }
+        }
+    }
+
+    fn on_revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+        self.metrics.rebalances.with_label_values(&["revoke"]).inc();
+        let revoked = partitions(tpl);
+        let mut st = self.state.lock().unwrap();
+        let deadline = Instant::now() + self.revoke_drain;
+        Self::drain_commands(&mut st);
+        while !st.closing && revoked.iter().any(|tp| st.tracker.in_flight_on(tp) > 0) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match st.commands.recv_timeout(left.min(POLL_TIMEOUT)) {
+                Ok(cmd) => Self::apply(&mut st, cmd),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        self.commit(consumer, &mut st, Some(&revoked), CommitMode::Sync);
+        let abandoned: usize = revoked.iter().map(|tp| st.tracker.in_flight_on(tp)).sum();
+        for tp in &revoked {
+            st.tracker.revoke(tp);
+        }
+        tracing::info!(partitions = ?revoked, still_running = abandoned, "partitions revoked");
+    }
+
+    fn on_assign(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+        self.metrics.rebalances.with_label_values(&["assign"]).inc();
+        let assigned = partitions(tpl);
+        let mut st = self.state.lock().unwrap();
+        for tp in &assigned {
+            st.tracker.assign(tp.clone());
+        }
+        if st.paused {
+            let _ = consumer.pause(tpl);
+        }
+        if let Ok(a) = consumer.assignment() {
+            self.metrics.assigned_partitions.set(a.count() as i64);
+        }
+        tracing::info!(partitions = ?assigned, "partitions assigned");
+    }
+}
+
+/// The running consumer thread.
+pub struct KafkaSource {
+    commands: Sender<Command>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct LoopConfig {
+    max_in_flight: usize,
+    commit_interval: Duration,
+}
+
+impl KafkaSource {
+    /// Subscribes to the request topic and starts polling. Deliveries arrive on the receiver.
+    pub fn start(
+        settings: &Settings,
+        metrics: Arc<Metrics>,
+        revoke_drain: Duration,
+    ) -> KafkaResult<(KafkaSource, Acker, UnboundedReceiver<Delivery>)> {
+        let (cmd_tx, cmd_rx) = std::sync::mpsc::channel();
+        let (ev_tx, ev_rx) = tokio::sync::mpsc::unbounded_channel();
+        let context = SourceContext {
+            state: Mutex::new(LoopState {
+                tracker: OffsetTracker::default(),
+                commands: cmd_rx,
+                stopping: false,
+                closing: false,
+                paused: false,
+            }),
+            metrics,
+            revoke_drain,
+        };
+        let consumer: BaseConsumer<SourceContext> =
+            super::consumer_config(&settings.kafka).create_with_context(context)?;
+        consumer.subscribe(&[settings.kafka.request_topic.as_str()])?;
+        let cfg = LoopConfig {
+            max_in_flight: settings.max_in_flight().max(1),
+            commit_interval: Duration::from_millis(settings.kafka.commit_interval_ms),
+        };
+        let thread = std::thread::Builder::new()
+            .name("kafka-poll".into())
+            .spawn(move || poll_loop(consumer, ev_tx, cfg))
+            .expect("spawn poll thread");
+        Ok((
+            KafkaSource {
+                commands: cmd_tx.clone(),
+                thread: Some(thread),
+            },
+            Acker(cmd_tx),
+            ev_rx,
+        ))
+    }
+
+    /// Stops taking new messages; in-flight ones can still finish and commit.
+    pub fn stop_fetching(&self) {
+        let _ = self.commands.send(Command::StopFetching);
+    }
+
+    /// Commits what finished, leaves the group and joins the thread (blocking).
+    pub fn close(mut self) {
+        let _ = self.commands.send(Command::Close);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn traceparent(m: &impl Message) -> Option<String> {
+    let headers = m.headers()?;
+    headers
+        .iter()
+        .find(|h| h.key.eq_ignore_ascii_case("traceparent"))
+        .and_then(|h| h.value)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+fn poll_loop(
+    consumer: BaseConsumer<SourceContext>,
+    events: UnboundedSender<Delivery>,
+    cfg: LoopConfig,
+) {
+    let ctx = consumer.context().clone();
+    let resume_at = cfg.max_in_flight / 2;
+    let mut last_commit = Instant::now();
+    loop {
+        {
+            let mut st = ctx.state.lock().unwrap();
+            SourceContext::drain_commands(&mut st);
+            if st.closing {
+                break;
+            }
+            let in_flight = st.tracker.in_flight();
+            let pause = st.stopping || in_flight >= cfg.max_in_flight;
+            if pause != st.paused && (pause || in_flight <= resume_at) {
+                if let Ok(assignment) = consumer.assignment() {
+                    let r = if pause {
+                        consumer.pause(&assignment)
+                    } else {
+                        consumer.resume(&assignment)
+                    };
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, pause, "pause/resume failed");
+                    }
+                }
+                st.paused = pause;
+                ctx.metrics.paused.set(pause as i64);
+            }
+            if last_commit.elapsed() >= cfg.commit_interval {
+                ctx.commit(&consumer, &mut st, None, CommitMode::Async);
+                last_commit = Instant::now();
+            }
+        }
+        match consumer.poll(POLL_TIMEOUT) {
+            Some(Ok(m)) => {
+                let token = {
+                    let mut st = ctx.state.lock().unwrap();
+                    if st.stopping {
+                        continue; // not dispatched, not committed: redelivered later
+                    }
+                    st.tracker.dispatched(m.topic(), m.partition(), m.offset())
+                };
+                let Some(token) = token else { continue };
+                ctx.metrics.requests_received.inc();
+                let d = Delivery {
+                    topic: m.topic().to_owned(),
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    payload: m.payload().map(<[u8]>::to_vec),
+                    traceparent: traceparent(&m),
+                    token,
+                };
+                if events.send(d).is_err() {
+                    ctx.state.lock().unwrap().stopping = true;
+                }
+            }
+            Some(Err(e)) => tracing::warn!(error = %e, "consumer error"),
+            None => {}
+        }
+    }
+    {
+        let mut st = ctx.state.lock().unwrap();
+        ctx.commit(&consumer, &mut st, None, CommitMode::Sync);
+    }
+    // Dropping the consumer closes it: a final (skipped-drain) revoke, then it leaves the group.
+    drop(consumer);
+    tracing::info!("consumer closed");
+}

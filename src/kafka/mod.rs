@@ -1,0 +1,56 @@
+//! Kafka mechanics: the consumer's poll loop, offsets and rebalances ([`consumer`]), the offset
+//! rule ([`offsets`]) and the response producer ([`producer`]). Nothing here touches pixels.
+
+pub mod consumer;
+pub mod offsets;
+pub mod producer;
+
+use rdkafka::ClientConfig;
+
+use crate::config::KafkaSettings;
+
+pub use consumer::{Acker, Delivery, KafkaSource};
+pub use producer::Publisher;
+
+/// Our defaults first, then every `[kafka.properties]` / `KAFKA_PROPERTY_*` entry, so an
+/// operator can override anything.
+fn client_config(settings: &KafkaSettings, defaults: &[(&str, &str)]) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &settings.bootstrap_servers);
+    for (k, v) in defaults {
+        c.set(*k, *v);
+    }
+    for (k, v) in &settings.properties {
+        c.set(k, v.to_string());
+    }
+    c
+}
+
+pub fn consumer_config(settings: &KafkaSettings) -> ClientConfig {
+    let mut c = client_config(
+        settings,
+        &[
+            ("group.id", settings.group_id.as_str()),
+            // Offsets are committed by us, only for finished work (see offsets.rs).
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("auto.offset.reset", "earliest"),
+            ("partition.assignment.strategy", "cooperative-sticky"),
+        ],
+    );
+    if let Some(id) = &settings.group_instance_id {
+        c.set("group.instance.id", id);
+    }
+    c
+}
+
+pub fn producer_config(settings: &KafkaSettings) -> ClientConfig {
+    client_config(
+        settings,
+        &[
+            ("enable.idempotence", "true"),
+            ("acks", "all"),
+            ("linger.ms", "5"),
+        ],
+    )
+}

@@ -1,0 +1,106 @@
+//! Native media work behind one narrow function, [`process`]: a job spec and scratch paths in,
+//! produced files (and analysis) out. It never sees Kafka or S3, so a later step can run it in a
+//! child process and a crashing decoder fails one job, not the worker.
+
+pub mod analyze;
+pub mod probe;
+pub mod sniff;
+pub mod transform;
+pub mod vips;
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{Limits, OutputFormat, Profile};
+use crate::contract::{Analysis, MediaType, Warning};
+use crate::job::Stage;
+
+pub use probe::Probe;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum MediaError {
+    #[error("unsupported media: {0}")]
+    Unsupported(String),
+    #[error("corrupt input: {0}")]
+    Corrupt(String),
+    #[error("limits exceeded: {0}")]
+    LimitsExceeded(String),
+    #[error("transform failed: {0}")]
+    Transform(String),
+    #[error("scratch i/o: {0}")]
+    Io(String),
+    #[error("media processing crashed: {0}")]
+    Crashed(String),
+}
+
+impl From<std::io::Error> for MediaError {
+    fn from(e: std::io::Error) -> Self {
+        MediaError::Io(e.to_string())
+    }
+}
+
+/// A media error and the stage it happened in.
+#[derive(Debug)]
+pub struct MediaFailure {
+    pub stage: Stage,
+    pub error: MediaError,
+}
+
+fn at(stage: Stage) -> impl FnOnce(MediaError) -> MediaFailure {
+    move |error| MediaFailure { stage, error }
+}
+
+/// What to do with one input.
+#[derive(Debug, Clone)]
+pub struct MediaJob {
+    pub profile: Profile,
+    pub limits: Limits,
+    /// The producer's hint; the type is always detected from the bytes.
+    pub hint: Option<MediaType>,
+}
+
+/// One file written to the scratch output directory.
+#[derive(Debug, Clone)]
+pub struct ProducedFile {
+    /// File name, which is also the last part of its object key (e.g. `640w.webp`).
+    pub name: String,
+    pub path: PathBuf,
+    pub role: &'static str,
+    pub format: OutputFormat,
+    pub width: u32,
+    pub height: u32,
+    pub size_bytes: u64,
+}
+
+#[derive(Debug)]
+pub struct MediaOutput {
+    pub media_type: MediaType,
+    pub files: Vec<ProducedFile>,
+    pub analysis: Option<Analysis>,
+    pub warnings: Vec<Warning>,
+}
+
+/// probe → analyze → transform for one input file. `on_stage` is told when each stage starts.
+pub fn process(
+    job: &MediaJob,
+    input: &Path,
+    out_dir: &Path,
+    on_stage: &mut dyn FnMut(Stage),
+) -> Result<MediaOutput, MediaFailure> {
+    on_stage(Stage::Probe);
+    let probe = probe::run(input, &job.limits).map_err(at(Stage::Probe))?;
+    let analysis = if job.profile.analysis {
+        on_stage(Stage::Analyze);
+        Some(analyze::run(&probe))
+    } else {
+        None
+    };
+    on_stage(Stage::Transform);
+    let files =
+        transform::run(input, &probe, &job.profile, out_dir).map_err(at(Stage::Transform))?;
+    Ok(MediaOutput {
+        media_type: MediaType::Image,
+        files,
+        analysis,
+        warnings: Vec::new(),
+    })
+}

@@ -1,0 +1,74 @@
+//! Stage 3: what the input is, read from its header only, and the limits checked before any
+//! pixel is decoded (a 522 KB PNG can claim 4 gigapixels).
+
+use std::path::Path;
+
+use super::MediaError;
+use super::sniff::{self, ImageFormat, Sniffed};
+use super::vips::{self, Image};
+use crate::config::Limits;
+
+/// An image's header facts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Probe {
+    pub format: ImageFormat,
+    /// Upright size (after EXIF orientation).
+    pub width: u32,
+    pub height: u32,
+    pub orientation: u8,
+    pub has_alpha: bool,
+    pub frames: u32,
+}
+
+pub fn run(input: &Path, limits: &Limits) -> Result<Probe, MediaError> {
+    let format = match sniff::sniff_file(input)? {
+        Sniffed::Image(f) => f,
+        Sniffed::Video => {
+            return Err(MediaError::Unsupported(
+                "video is not handled by this worker yet".into(),
+            ));
+        }
+        Sniffed::Svg => {
+            return Err(MediaError::Unsupported(
+                "SVG (vector) input is not accepted".into(),
+            ));
+        }
+        Sniffed::Empty => return Err(MediaError::Corrupt("the file is empty".into())),
+        Sniffed::Unknown => {
+            return Err(MediaError::Unsupported(
+                "not a supported image or video format".into(),
+            ));
+        }
+    };
+    // libvips sniffs too; both must agree, so a file crafted to look like one format cannot
+    // reach another decoder.
+    let loader = vips::find_loader(input).map_err(|e| MediaError::Corrupt(e.0))?;
+    if !format.matches_vips_loader(&loader) {
+        return Err(MediaError::Unsupported(format!(
+            "{} signature but libvips would use {loader}",
+            format.name()
+        )));
+    }
+    let img = Image::open_header(input).map_err(|e| MediaError::Corrupt(e.0))?;
+    let (w, h) = (img.width(), img.height());
+    if w == 0 || h == 0 {
+        return Err(MediaError::Corrupt("zero-sized image".into()));
+    }
+    let pixels = w as u64 * h as u64;
+    if pixels > limits.max_image_pixels {
+        return Err(MediaError::LimitsExceeded(format!(
+            "{w}x{h} is {pixels} pixels, over the {} limit",
+            limits.max_image_pixels
+        )));
+    }
+    let orientation = img.orientation();
+    let (width, height) = if orientation >= 5 { (h, w) } else { (w, h) };
+    Ok(Probe {
+        format,
+        width,
+        height,
+        orientation,
+        has_alpha: img.has_alpha(),
+        frames: img.pages(),
+    })
+}

@@ -1,0 +1,442 @@
+//! A small, owning FFI layer over the few libvips calls we use.
+//!
+//! The `libvips` crate is generated from libvips 8.18; against Debian's 8.14 its `*_with_opts`
+//! calls fail at run time (unknown properties). The C API is variadic (`name, value, ..., NULL`),
+//! which Rust can call directly, so we declare what we need here and wrap images in [`Image`],
+//! whose `Drop` unrefs. Every failing call turns the libvips error buffer into a [`VipsError`].
+//!
+//! Conventions for variadic options: gint / gboolean / enums as `c_int`, gdouble as `c_double`,
+//! strings as `*const c_char`, and the list always ends with a null pointer.
+
+use std::ffi::{CStr, CString, c_char, c_double, c_int, c_void};
+use std::path::Path;
+use std::ptr;
+use std::sync::Once;
+
+#[repr(C)]
+struct RawImage {
+    _private: [u8; 0],
+}
+
+type GLogFunc = extern "C" fn(*const c_char, c_int, *const c_char, *mut c_void);
+
+unsafe extern "C" {
+    fn vips_init(argv0: *const c_char) -> c_int;
+    fn vips_concurrency_set(n: c_int);
+    fn vips_cache_set_max(n: c_int);
+    fn vips_error_buffer_copy() -> *mut c_char;
+    fn g_free(p: *mut c_void);
+    fn g_object_unref(p: *mut c_void);
+    fn g_log_set_handler(
+        domain: *const c_char,
+        levels: c_int,
+        func: GLogFunc,
+        data: *mut c_void,
+    ) -> u32;
+
+    fn vips_image_new_from_file(name: *const c_char, ...) -> *mut RawImage;
+    fn vips_image_get_width(im: *const RawImage) -> c_int;
+    fn vips_image_get_height(im: *const RawImage) -> c_int;
+    fn vips_image_get_bands(im: *const RawImage) -> c_int;
+    fn vips_image_get_format(im: *const RawImage) -> c_int;
+    fn vips_image_get_n_pages(im: *mut RawImage) -> c_int;
+    fn vips_image_hasalpha(im: *mut RawImage) -> c_int;
+    fn vips_image_get_typeof(im: *const RawImage, name: *const c_char) -> usize;
+    fn vips_image_get_int(im: *const RawImage, name: *const c_char, out: *mut c_int) -> c_int;
+    fn vips_image_copy_memory(im: *mut RawImage) -> *mut RawImage;
+    fn vips_image_write_to_memory(im: *mut RawImage, size: *mut usize) -> *mut c_void;
+    fn vips_foreign_find_load(filename: *const c_char) -> *const c_char;
+
+    fn vips_thumbnail(filename: *const c_char, out: *mut *mut RawImage, width: c_int, ...)
+    -> c_int;
+    fn vips_resize(input: *mut RawImage, out: *mut *mut RawImage, scale: c_double, ...) -> c_int;
+    fn vips_colourspace(input: *mut RawImage, out: *mut *mut RawImage, space: c_int, ...) -> c_int;
+    fn vips_cast(input: *mut RawImage, out: *mut *mut RawImage, format: c_int, ...) -> c_int;
+    fn vips_flatten(input: *mut RawImage, out: *mut *mut RawImage, ...) -> c_int;
+    fn vips_extract_area(
+        input: *mut RawImage,
+        out: *mut *mut RawImage,
+        left: c_int,
+        top: c_int,
+        width: c_int,
+        height: c_int,
+        ...
+    ) -> c_int;
+    fn vips_array_double_newv(n: c_int, ...) -> *mut c_void;
+    fn vips_area_unref(area: *mut c_void);
+
+    fn vips_jpegsave(input: *mut RawImage, filename: *const c_char, ...) -> c_int;
+    fn vips_webpsave(input: *mut RawImage, filename: *const c_char, ...) -> c_int;
+    fn vips_heifsave(input: *mut RawImage, filename: *const c_char, ...) -> c_int;
+}
+
+// Enum values from libvips 8.14's headers.
+const ACCESS_SEQUENTIAL: c_int = 1;
+const FAIL_ON_TRUNCATED: c_int = 1;
+const SIZE_DOWN: c_int = 2;
+const INTENT_PERCEPTUAL: c_int = 0;
+const INTERPRETATION_SRGB: c_int = 22;
+const FORMAT_UCHAR: c_int = 0;
+const HEIF_COMPRESSION_AV1: c_int = 4;
+/// libvips' largest coordinate: "no limit" for the height of a width-constrained thumbnail.
+const MAX_COORD: c_int = 10_000_000;
+const G_LOG_LEVEL_WARNING: c_int = 1 << 4;
+const G_LOG_LEVEL_MESSAGE: c_int = 1 << 5;
+
+const END: *const c_char = ptr::null();
+const TRUE: c_int = 1;
+
+/// A libvips failure, with the text of its error buffer.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct VipsError(pub String);
+
+type Result<T> = std::result::Result<T, VipsError>;
+
+/// Takes (and clears) the libvips error buffer. The buffer is process-wide, so under concurrency
+/// it may also hold another job's text; the copy-and-clear keeps each message with one failure.
+fn last_error(context: &str) -> VipsError {
+    // SAFETY: vips_error_buffer_copy returns a newly allocated string (or null) that we free.
+    let text = unsafe {
+        let p = vips_error_buffer_copy();
+        if p.is_null() {
+            String::new()
+        } else {
+            let s = CStr::from_ptr(p).to_string_lossy().trim().to_owned();
+            g_free(p.cast());
+            s
+        }
+    };
+    let text = text.lines().last().unwrap_or("").to_owned();
+    VipsError(if text.is_empty() {
+        context.to_owned()
+    } else {
+        format!("{context}: {text}")
+    })
+}
+
+extern "C" fn log_to_tracing(
+    domain: *const c_char,
+    _level: c_int,
+    message: *const c_char,
+    _data: *mut c_void,
+) {
+    let text = |p: *const c_char| {
+        // SAFETY: GLib passes valid NUL-terminated strings (or null for the domain).
+        if p.is_null() {
+            String::new()
+        } else {
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+    tracing::debug!(domain = %text(domain), "libvips: {}", text(message));
+}
+
+/// Starts libvips once per process. `threads` is libvips' own worker-thread count per pipeline:
+/// the job pool already has one permit per core, so 1 avoids oversubscribing the CPU.
+pub fn init(threads: usize) {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        let name = CString::new("media-worker").unwrap();
+        // SAFETY: plain libvips/GLib set-up calls with valid arguments, run once.
+        unsafe {
+            assert_eq!(vips_init(name.as_ptr()), 0, "vips_init failed");
+            // Decoder warnings (truncation, nclx...) go to our logs instead of raw stderr.
+            let domain = CString::new("VIPS").unwrap();
+            g_log_set_handler(
+                domain.as_ptr(),
+                G_LOG_LEVEL_WARNING | G_LOG_LEVEL_MESSAGE,
+                log_to_tracing,
+                ptr::null_mut(),
+            );
+            // Every job reads a different file: the operation cache only holds memory.
+            vips_cache_set_max(0);
+        }
+    });
+    // SAFETY: sets a global integer.
+    unsafe { vips_concurrency_set(threads.max(1) as c_int) };
+}
+
+fn cstring(path: &Path) -> Result<CString> {
+    CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| VipsError(format!("path contains NUL: {}", path.display())))
+}
+
+/// The loader libvips would pick for a file, by sniffing its bytes (e.g. `jpegload`).
+pub fn find_loader(path: &Path) -> Result<String> {
+    let c = cstring(path)?;
+    // SAFETY: returns a static string owned by libvips, or null.
+    let p = unsafe { vips_foreign_find_load(c.as_ptr()) };
+    if p.is_null() {
+        return Err(last_error("not a known file format"));
+    }
+    // SAFETY: non-null static NUL-terminated string.
+    Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// An owned libvips image reference.
+pub struct Image(*mut RawImage);
+
+// SAFETY: a VipsImage reference may move between threads; we never share one mutably.
+unsafe impl Send for Image {}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        // SAFETY: we own exactly one reference.
+        unsafe { g_object_unref(self.0.cast()) }
+    }
+}
+
+/// Runs a libvips call that writes `*out`, wrapping the result.
+fn produce(context: &str, f: impl FnOnce(*mut *mut RawImage) -> c_int) -> Result<Image> {
+    let mut out: *mut RawImage = ptr::null_mut();
+    if f(&mut out) != 0 || out.is_null() {
+        return Err(last_error(context));
+    }
+    Ok(Image(out))
+}
+
+impl Image {
+    /// Opens a file for its header only (pixels are not decoded until needed).
+    pub fn open_header(path: &Path) -> Result<Image> {
+        let c = cstring(path)?;
+        // SAFETY: variadic call with a valid option list terminated by NULL.
+        let p = unsafe {
+            vips_image_new_from_file(c.as_ptr(), c"access".as_ptr(), ACCESS_SEQUENTIAL, END)
+        };
+        if p.is_null() {
+            Err(last_error("cannot read header"))
+        } else {
+            Ok(Image(p))
+        }
+    }
+
+    /// Opens a file for random access with full decoding (tests and small helpers).
+    pub fn open(path: &Path) -> Result<Image> {
+        let c = cstring(path)?;
+        // SAFETY: variadic call terminated by NULL.
+        let p = unsafe { vips_image_new_from_file(c.as_ptr(), END) };
+        if p.is_null() {
+            Err(last_error("cannot open image"))
+        } else {
+            Ok(Image(p))
+        }
+    }
+
+    /// Decodes `path` once, shrunk on load to `width` (never upscaled), upright per EXIF
+    /// (HEIF's own `irot` is applied by libheif and its EXIF tag dropped, so never twice), and
+    /// colour-managed to sRGB with perceptual intent (needed by XYB JPEGs). Truncated input fails.
+    pub fn thumbnail(path: &Path, width: u32) -> Result<Image> {
+        let c = cstring(path)?;
+        produce("cannot decode image", |out| unsafe {
+            // SAFETY: option names and value types match vips_thumbnail's arguments.
+            vips_thumbnail(
+                c.as_ptr(),
+                out,
+                width.min(MAX_COORD as u32) as c_int,
+                c"height".as_ptr(),
+                MAX_COORD,
+                c"size".as_ptr(),
+                SIZE_DOWN,
+                c"intent".as_ptr(),
+                INTENT_PERCEPTUAL,
+                c"export_profile".as_ptr(),
+                c"srgb".as_ptr(),
+                c"fail_on".as_ptr(),
+                FAIL_ON_TRUNCATED,
+                END,
+            )
+        })
+    }
+
+    pub fn width(&self) -> u32 {
+        // SAFETY: valid image pointer.
+        unsafe { vips_image_get_width(self.0) as u32 }
+    }
+    pub fn height(&self) -> u32 {
+        // SAFETY: valid image pointer.
+        unsafe { vips_image_get_height(self.0) as u32 }
+    }
+    pub fn bands(&self) -> u32 {
+        // SAFETY: valid image pointer.
+        unsafe { vips_image_get_bands(self.0) as u32 }
+    }
+    pub fn has_alpha(&self) -> bool {
+        // SAFETY: valid image pointer.
+        unsafe { vips_image_hasalpha(self.0) != 0 }
+    }
+    /// Number of frames (pages) in the file; 1 for still images.
+    pub fn pages(&self) -> u32 {
+        // SAFETY: valid image pointer.
+        unsafe { vips_image_get_n_pages(self.0).max(1) as u32 }
+    }
+    /// EXIF orientation 1-8 (1 when absent).
+    pub fn orientation(&self) -> u8 {
+        let mut v: c_int = 1;
+        // SAFETY: valid pointer and NUL-terminated field name; `v` is only read on success.
+        unsafe {
+            if vips_image_get_typeof(self.0, c"orientation".as_ptr()) != 0
+                && vips_image_get_int(self.0, c"orientation".as_ptr(), &mut v) == 0
+            {
+                return v.clamp(1, 8) as u8;
+            }
+        }
+        1
+    }
+
+    /// Renders the image into memory, so that it can be read several times (encoding one
+    /// sequential image twice fails with "out of order read").
+    pub fn into_memory(self) -> Result<Image> {
+        // SAFETY: returns a new reference or null.
+        let p = unsafe { vips_image_copy_memory(self.0) };
+        if p.is_null() {
+            Err(last_error("cannot render image"))
+        } else {
+            Ok(Image(p))
+        }
+    }
+
+    /// Converts to 8-bit sRGB (CMYK, Lab, grey and 16-bit inputs included).
+    pub fn to_srgb8(&self) -> Result<Image> {
+        let srgb = produce("colourspace", |out| unsafe {
+            // SAFETY: valid image; option list terminated.
+            vips_colourspace(self.0, out, INTERPRETATION_SRGB, END)
+        })?;
+        // SAFETY: valid image pointer.
+        if unsafe { vips_image_get_format(srgb.0) } == FORMAT_UCHAR {
+            return Ok(srgb);
+        }
+        produce("cast", |out| unsafe {
+            // SAFETY: valid image; option list terminated.
+            vips_cast(srgb.0, out, FORMAT_UCHAR, END)
+        })
+    }
+
+    /// Composites alpha onto an opaque RGB background (for formats without alpha).
+    pub fn flatten(&self, rgb: [f64; 3]) -> Result<Image> {
+        // SAFETY: creates a VipsArrayDouble that we unref after use.
+        let bg = unsafe { vips_array_double_newv(3, rgb[0], rgb[1], rgb[2]) };
+        let r = produce("flatten", |out| unsafe {
+            // SAFETY: valid image and array; option list terminated.
+            vips_flatten(self.0, out, c"background".as_ptr(), bg, END)
+        });
+        // SAFETY: we own the array's reference.
+        unsafe { vips_area_unref(bg) };
+        r
+    }
+
+    /// Scales by `scale` (a reduce, with libvips' default lanczos3 kernel).
+    pub fn resize(&self, scale: f64) -> Result<Image> {
+        produce("resize", |out| unsafe {
+            // SAFETY: valid image; option list terminated.
+            vips_resize(self.0, out, scale, END)
+        })
+    }
+
+    /// Cuts out a rectangle.
+    pub fn extract(&self, left: u32, top: u32, width: u32, height: u32) -> Result<Image> {
+        produce("extract_area", |out| unsafe {
+            // SAFETY: valid image; libvips checks the bounds.
+            vips_extract_area(
+                self.0,
+                out,
+                left as c_int,
+                top as c_int,
+                width as c_int,
+                height as c_int,
+                END,
+            )
+        })
+    }
+
+    /// Raw interleaved pixels (band-format as stored), e.g. for analysis or comparison.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut size = 0usize;
+        // SAFETY: returns a g_malloc'd buffer of `size` bytes that we copy and free.
+        unsafe {
+            let p = vips_image_write_to_memory(self.0, &mut size);
+            if p.is_null() {
+                return Err(last_error("write_to_memory"));
+            }
+            let v = std::slice::from_raw_parts(p.cast::<u8>(), size).to_vec();
+            g_free(p);
+            Ok(v)
+        }
+    }
+
+    /// Saves as progressive JPEG without metadata.
+    pub fn save_jpeg(&self, path: &Path, quality: u8) -> Result<()> {
+        let c = cstring(path)?;
+        // SAFETY: option names and types match jpegsave's arguments.
+        let rc = unsafe {
+            vips_jpegsave(
+                self.0,
+                c.as_ptr(),
+                c"Q".as_ptr(),
+                quality as c_int,
+                c"interlace".as_ptr(),
+                TRUE,
+                c"optimize_coding".as_ptr(),
+                TRUE,
+                c"strip".as_ptr(),
+                TRUE,
+                END,
+            )
+        };
+        if rc != 0 {
+            Err(last_error("jpegsave"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Saves as lossy WebP without metadata.
+    pub fn save_webp(&self, path: &Path, quality: u8) -> Result<()> {
+        let c = cstring(path)?;
+        // SAFETY: option names and types match webpsave's arguments.
+        let rc = unsafe {
+            vips_webpsave(
+                self.0,
+                c.as_ptr(),
+                c"Q".as_ptr(),
+                quality as c_int,
+                c"strip".as_ptr(),
+                TRUE,
+                END,
+            )
+        };
+        if rc != 0 {
+            Err(last_error("webpsave"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Saves as 8-bit AVIF (AV1 in HEIF) without metadata.
+    pub fn save_avif(&self, path: &Path, quality: u8) -> Result<()> {
+        let c = cstring(path)?;
+        // SAFETY: option names and types match heifsave's arguments.
+        let rc = unsafe {
+            vips_heifsave(
+                self.0,
+                c.as_ptr(),
+                c"Q".as_ptr(),
+                quality as c_int,
+                c"compression".as_ptr(),
+                HEIF_COMPRESSION_AV1,
+                c"bitdepth".as_ptr(),
+                8 as c_int,
+                c"effort".as_ptr(),
+                2 as c_int,
+                c"strip".as_ptr(),
+                TRUE,
+                END,
+            )
+        };
+        if rc != 0 {
+            Err(last_error("heifsave"))
+        } else {
+            Ok(())
+        }
+    }
+}

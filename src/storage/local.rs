@@ -1,0 +1,118 @@
+//! A local-file-system store: bucket names map to directories.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+
+use async_trait::async_trait;
+
+use super::{ObjectMeta, SourceObject, Storage, StorageError};
+use crate::contract::SourceRef;
+
+pub struct LocalStorage {
+    root: PathBuf,
+    buckets: HashMap<String, PathBuf>,
+}
+
+impl LocalStorage {
+    /// Unmapped buckets live under `root/{bucket}`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        LocalStorage {
+            root: root.into(),
+            buckets: HashMap::new(),
+        }
+    }
+
+    /// Maps a bucket name to a directory.
+    pub fn with_bucket(mut self, bucket: &str, dir: impl Into<PathBuf>) -> Self {
+        self.buckets.insert(bucket.to_owned(), dir.into());
+        self
+    }
+
+    fn resolve(&self, bucket: &str, key: &str) -> Result<PathBuf, StorageError> {
+        let rel = Path::new(key);
+        if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
+            return Err(StorageError::AccessDenied {
+                bucket: bucket.into(),
+                key: key.into(),
+            });
+        }
+        let dir = self
+            .buckets
+            .get(bucket)
+            .cloned()
+            .unwrap_or_else(|| self.root.join(bucket));
+        Ok(dir.join(rel))
+    }
+}
+
+#[async_trait]
+impl Storage for LocalStorage {
+    async fn download(
+        &self,
+        src: &SourceRef,
+        dest: &Path,
+        max_bytes: u64,
+    ) -> Result<SourceObject, StorageError> {
+        let path = self.resolve(&src.bucket, &src.key)?;
+        let meta = match tokio::fs::metadata(&path).await {
+            Ok(m) if m.is_file() => m,
+            Ok(_) => {
+                return Err(StorageError::NotFound {
+                    bucket: src.bucket.clone(),
+                    key: src.key.clone(),
+                });
+            }
+            Err(e) => {
+                return Err(match e.kind() {
+                    std::io::ErrorKind::NotFound => StorageError::NotFound {
+                        bucket: src.bucket.clone(),
+                        key: src.key.clone(),
+                    },
+                    std::io::ErrorKind::PermissionDenied => StorageError::AccessDenied {
+                        bucket: src.bucket.clone(),
+                        key: src.key.clone(),
+                    },
+                    _ => StorageError::Unavailable(e.to_string()),
+                });
+            }
+        };
+        if meta.len() > max_bytes {
+            return Err(StorageError::TooLarge {
+                size: meta.len(),
+                limit: max_bytes,
+            });
+        }
+        let size = tokio::fs::copy(&path, dest).await?;
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+        let etag = format!(
+            "\"{size:x}-{:x}\"",
+            mtime.map(|d| d.as_nanos()).unwrap_or(0)
+        );
+        Ok(SourceObject {
+            size_bytes: size,
+            etag: Some(etag),
+        })
+    }
+
+    async fn upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        path: &Path,
+        _meta: &ObjectMeta<'_>,
+    ) -> Result<(), StorageError> {
+        let dest = self.resolve(bucket, key)?;
+        if let Some(parent) = dest.parent() {
+            tokio::fs::create_dir_all(parent).await?;
+        }
+        // Write then rename, so readers never see a half-written output.
+        let mut tmp = dest.clone().into_os_string();
+        tmp.push(".partial");
+        tokio::fs::copy(path, &tmp).await?;
+        tokio::fs::rename(&tmp, &dest).await?;
+        Ok(())
+    }
+}

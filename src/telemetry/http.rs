@@ -1,0 +1,75 @@
+//! `/health/live`, `/health/ready`, `/metrics` and `/jobs`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio_util::sync::CancellationToken;
+
+use super::Metrics;
+use crate::job::Registry;
+
+#[derive(Clone)]
+pub struct HttpState {
+    pub metrics: Arc<Metrics>,
+    pub registry: Registry,
+    /// True once consuming, false while starting and draining.
+    pub ready: Arc<AtomicBool>,
+    pub scratch_dir: std::path::PathBuf,
+}
+
+async fn live() -> &'static str {
+    "ok"
+}
+
+async fn ready(State(s): State<HttpState>) -> impl IntoResponse {
+    if s.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
+    if let Some(free) = crate::job::scratch::free_bytes(&s.scratch_dir) {
+        s.metrics.scratch_free_bytes.set(free as i64);
+    }
+    s.metrics.ready.set(s.ready.load(Ordering::Relaxed) as i64);
+    s.metrics.in_flight.set(s.registry.len() as i64);
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        s.metrics.render(),
+    )
+}
+
+async fn jobs(State(s): State<HttpState>) -> impl IntoResponse {
+    axum::Json(serde_json::json!({ "jobs": s.registry.snapshot() }))
+}
+
+/// Binds `addr` and serves until `stop` is cancelled. Returns the bound address.
+pub async fn serve(
+    addr: SocketAddr,
+    state: HttpState,
+    stop: CancellationToken,
+) -> std::io::Result<SocketAddr> {
+    let app = Router::new()
+        .route("/health/live", get(live))
+        .route("/health/ready", get(ready))
+        .route("/metrics", get(metrics))
+        .route("/jobs", get(jobs))
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        let server = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned());
+        if let Err(e) = server.await {
+            tracing::error!(error = %e, "http server failed");
+        }
+    });
+    Ok(bound)
+}

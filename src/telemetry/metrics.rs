@@ -1,0 +1,147 @@
+//! The Prometheus catalogue: one registry, names prefixed `media_worker_`, base units.
+
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+
+use crate::job::Stage;
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub requests_received: IntCounter,
+    pub jobs: IntCounterVec,
+    pub job_duration: HistogramVec,
+    pub stage_duration: HistogramVec,
+    pub in_flight: IntGauge,
+    pub pool_size: IntGauge,
+    pub pool_busy: IntGauge,
+    pub retries: IntCounterVec,
+    pub publish_failures: IntCounter,
+    pub commits: IntCounter,
+    pub commit_failures: IntCounter,
+    pub rebalances: IntCounterVec,
+    pub paused: IntGauge,
+    pub assigned_partitions: IntGauge,
+    pub bytes_downloaded: IntCounter,
+    pub bytes_uploaded: IntCounter,
+    pub scratch_free_bytes: IntGauge,
+    pub ready: IntGauge,
+}
+
+const DURATION_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+
+fn name(n: &str) -> String {
+    format!("media_worker_{n}")
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
+            r.register(Box::new(c.clone()))
+                .expect("metric names are unique");
+            c
+        }
+        let counter = |n: &str, help: &str| reg(&registry, IntCounter::new(name(n), help).unwrap());
+        let gauge = |n: &str, help: &str| reg(&registry, IntGauge::new(name(n), help).unwrap());
+        let counter_vec = |n: &str, help: &str, labels: &[&str]| {
+            reg(
+                &registry,
+                IntCounterVec::new(Opts::new(name(n), help), labels).unwrap(),
+            )
+        };
+        let histogram = |n: &str, help: &str, labels: &[&str]| {
+            let opts = HistogramOpts::new(name(n), help).buckets(DURATION_BUCKETS.to_vec());
+            reg(&registry, HistogramVec::new(opts, labels).unwrap())
+        };
+        Metrics {
+            requests_received: counter(
+                "requests_received_total",
+                "Request messages received from Kafka",
+            ),
+            jobs: counter_vec(
+                "jobs_total",
+                "Finished jobs by outcome (completed, degraded, failed) and error code",
+                &["outcome", "error_code"],
+            ),
+            job_duration: histogram(
+                "job_duration_seconds",
+                "Wall time of a job, from receipt to response",
+                &["media_type", "outcome"],
+            ),
+            stage_duration: histogram(
+                "stage_duration_seconds",
+                "Wall time of one stage",
+                &["stage"],
+            ),
+            in_flight: gauge("jobs_in_flight", "Jobs received and not yet answered"),
+            pool_size: gauge("pool_size", "Permits in the job pool"),
+            pool_busy: gauge("pool_busy", "Pool permits in use"),
+            retries: counter_vec(
+                "retries_total",
+                "Attempts retried, by error code",
+                &["reason"],
+            ),
+            publish_failures: counter(
+                "kafka_publish_failures_total",
+                "Response publish attempts that failed",
+            ),
+            commits: counter("kafka_commits_total", "Offset commits sent"),
+            commit_failures: counter("kafka_commit_failures_total", "Offset commits that failed"),
+            rebalances: counter_vec("kafka_rebalances_total", "Rebalance events", &["kind"]),
+            paused: gauge(
+                "kafka_paused",
+                "1 while fetching is paused (in-flight bound or draining)",
+            ),
+            assigned_partitions: gauge("kafka_assigned_partitions", "Partitions assigned"),
+            bytes_downloaded: counter("downloaded_bytes_total", "Source bytes downloaded"),
+            bytes_uploaded: counter("uploaded_bytes_total", "Output bytes uploaded"),
+            scratch_free_bytes: gauge(
+                "scratch_free_bytes",
+                "Free bytes on the scratch file system",
+            ),
+            ready: gauge("ready", "1 when ready to take work"),
+            registry,
+        }
+    }
+
+    pub fn observe_stage(&self, stage: Stage, d: Duration) {
+        self.stage_duration
+            .with_label_values(&[stage.as_str()])
+            .observe(d.as_secs_f64());
+    }
+
+    /// Counts a pool permit as busy until the guard drops.
+    pub fn busy_permit(&self) -> BusyGuard<'_> {
+        self.pool_busy.inc();
+        BusyGuard(&self.pool_busy)
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("encodable");
+        String::from_utf8(buf).expect("utf-8")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+pub struct BusyGuard<'a>(&'a IntGauge);
+
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

@@ -1,0 +1,219 @@
+//! The `run` command's engine: consumer deliveries become job tasks; each task validates, runs
+//! the job, publishes the response and only then acks its offset. Shutdown drains in-flight
+//! jobs within the deadline.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Settings;
+use crate::contract::{OptimizeResponse, WorkerInfo};
+use crate::job::{JobRunner, Registry, Services, Stage, response, scratch};
+use crate::kafka::{Acker, Delivery, KafkaSource, Publisher};
+use crate::media::vips;
+use crate::stages::validate;
+use crate::storage::Storage;
+use crate::telemetry::Metrics;
+use crate::telemetry::http::{self, HttpState};
+use crate::telemetry::tracecontext::child_traceparent;
+
+/// How long a revoke waits for the revoked partitions' jobs.
+const REVOKE_DRAIN: Duration = Duration::from_secs(10);
+
+/// Everything a message task needs.
+struct Ctx {
+    runner: JobRunner,
+    publisher: Publisher,
+    acker: Acker,
+    /// Cancelled at the shutdown deadline: unfinished jobs are abandoned, offsets not committed.
+    abandon: CancellationToken,
+}
+
+/// How a `run` ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Every in-flight job finished and was committed.
+    Drained,
+    /// Jobs were abandoned at the shutdown deadline (they will be redelivered).
+    Abandoned(usize),
+}
+
+pub fn worker_info(settings: &Settings) -> WorkerInfo {
+    WorkerInfo {
+        id: settings.worker_id(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    }
+}
+
+/// Builds the job services (shared by `run`, `demo` and `process`).
+pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::Result<Services> {
+    let removed = scratch::sweep(&settings.worker.tmp_dir)?;
+    if removed > 0 {
+        tracing::warn!(removed, dir = %settings.worker.tmp_dir.display(), "swept scratch dirs left by a previous run");
+    }
+    vips::init(settings.worker.vips_threads);
+    Ok(Services {
+        worker: worker_info(&settings),
+        settings,
+        storage,
+        metrics: Arc::new(Metrics::new()),
+        registry: Registry::default(),
+    })
+}
+
+/// Runs the worker until `shutdown` is cancelled, then drains. `bound` receives the HTTP address.
+pub async fn run(
+    svc: Services,
+    shutdown: CancellationToken,
+    bound: Option<oneshot::Sender<SocketAddr>>,
+) -> anyhow::Result<Exit> {
+    let settings = svc.settings.clone();
+    let ready = Arc::new(AtomicBool::new(false));
+    let http_stop = CancellationToken::new();
+    let state = HttpState {
+        metrics: svc.metrics.clone(),
+        registry: svc.registry.clone(),
+        ready: ready.clone(),
+        scratch_dir: settings.worker.tmp_dir.clone(),
+    };
+    let addr = http::serve(settings.http.addr, state, http_stop.clone()).await?;
+    tracing::info!(%addr, pool = settings.pool_size(), "http listening");
+    if let Some(tx) = bound {
+        let _ = tx.send(addr);
+    }
+
+    let (source, acker, mut deliveries) =
+        KafkaSource::start(&settings, svc.metrics.clone(), REVOKE_DRAIN)?;
+    let publisher = Publisher::new(&settings.kafka, svc.metrics.clone())?;
+    let ctx = Arc::new(Ctx {
+        runner: JobRunner::new(svc.clone()),
+        publisher,
+        acker,
+        abandon: CancellationToken::new(),
+    });
+    let tasks = TaskTracker::new();
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!(topic = %settings.kafka.request_topic, "consuming");
+
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            d = deliveries.recv() => match d {
+                Some(d) => { tasks.spawn(handle(d, ctx.clone())); }
+                None => { tracing::error!("consumer stopped"); break; }
+            },
+        }
+    }
+
+    // Drain: not ready, no new messages, let in-flight jobs finish and publish.
+    let deadline = Instant::now() + settings.shutdown_timeout();
+    ready.store(false, Ordering::Relaxed);
+    source.stop_fetching();
+    tasks.close();
+    // Keep a little of the budget for the final commit, leaving the group and flushing.
+    let reserve = (settings.shutdown_timeout() / 5).min(Duration::from_secs(3));
+    let in_flight = svc.registry.len();
+    tracing::info!(in_flight, "draining");
+    let drained = tokio::time::timeout_at((deadline - reserve).into(), tasks.wait())
+        .await
+        .is_ok();
+    let exit = if drained {
+        Exit::Drained
+    } else {
+        let left = svc.registry.len();
+        tracing::error!(
+            abandoned = left,
+            "shutdown deadline reached, abandoning jobs"
+        );
+        ctx.abandon.cancel();
+        Exit::Abandoned(left)
+    };
+    tokio::task::spawn_blocking(move || source.close()).await?;
+    ctx.publisher.flush(
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(100)),
+    );
+    http_stop.cancel();
+    tracing::info!(?exit, "worker stopped");
+    Ok(exit)
+}
+
+/// One message, start to finish. The offset is acked only once the response is published.
+async fn handle(d: Delivery, ctx: Arc<Ctx>) {
+    let svc = ctx.runner.services();
+    let started = Instant::now();
+    let (response, job) = match validate::parse(d.payload.as_deref(), &svc.settings) {
+        Ok(req) => {
+            let job = svc.registry.start(&req.request_id, &req.media_id);
+            let r = tokio::select! {
+                r = ctx.runner.run(&req, &job) => r,
+                _ = ctx.abandon.cancelled() => return,
+            };
+            (r, Some(job))
+        }
+        Err(invalid) => {
+            tracing::warn!(partition = d.partition, offset = d.offset, reason = %invalid.reason, "invalid request");
+            (response::for_invalid(&svc.worker, &invalid, started), None)
+        }
+    };
+    record(svc, &response, started);
+    if let Some(job) = &job {
+        job.stage(Stage::Publish);
+    }
+    // Key by media_id; a payload without a usable one is keyed by where it came from.
+    let key = response
+        .media_id
+        .clone()
+        .filter(|m| validate::is_valid_id(m))
+        .unwrap_or_else(|| format!("{}-{}-{}", d.topic, d.partition, d.offset));
+    let payload = serde_json::to_vec(&response).expect("response serialises");
+    let traceparent = d.traceparent.as_deref().and_then(child_traceparent);
+    let t = Instant::now();
+    match ctx
+        .publisher
+        .publish(&key, &payload, traceparent.as_deref(), &ctx.abandon)
+        .await
+    {
+        Ok(()) => {
+            svc.metrics.observe_stage(Stage::Publish, t.elapsed());
+            ctx.acker.finished(d.token);
+        }
+        Err(e) => {
+            tracing::error!(error = %e, key, "response not published; offset held for redelivery")
+        }
+    }
+}
+
+/// Metrics and the one log line per job outcome.
+fn record(svc: &Services, r: &OptimizeResponse, started: Instant) {
+    let outcome = match r.status {
+        crate::contract::Status::Completed => "completed",
+        crate::contract::Status::Degraded => "degraded",
+        crate::contract::Status::Failed => "failed",
+    };
+    let code = r.error.as_ref().map_or("", |e| e.code.as_str());
+    let media_type = r.media_type.map_or("unknown", |m| m.as_str());
+    svc.metrics.jobs.with_label_values(&[outcome, code]).inc();
+    svc.metrics
+        .job_duration
+        .with_label_values(&[media_type, outcome])
+        .observe(started.elapsed().as_secs_f64());
+    tracing::info!(
+        request_id = r.request_id.as_deref().unwrap_or(""),
+        media_id = r.media_id.as_deref().unwrap_or(""),
+        status = outcome,
+        error_code = code,
+        stage = r.error.as_ref().map_or("", |e| e.stage.as_str()),
+        attempts = r.attempts,
+        outputs = r.outputs.len(),
+        duration_ms = r.duration_ms,
+        "job finished"
+    );
+}
