@@ -1,0 +1,40 @@
+# media-worker. `make demo` and `make test` install what they need on Debian 12.
+SHELL := /bin/bash
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+DIR ?= ../shared/corpus
+
+.PHONY: setup setup-test build release demo test test-unit test-e2e lint bench schemas clean
+
+setup:
+	@scripts/setup.sh
+
+setup-test:
+	@scripts/setup.sh --test
+
+build: setup
+	cargo build
+
+release: setup
+	cargo build --release
+
+## The main job on an embedded default: in-process Kafka (MockCluster) + local store over DIR.
+demo: release
+	RUST_LOG=warn target/release/media-worker demo $(DIR)
+
+## Everything: formatting, lints, unit tests, and end-to-end tests against real tansu + s3s-fs
+## (started by the test harness on free loopback ports).
+test: setup-test lint
+	cargo test --all-targets
+
+lint: setup
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+
+bench: setup
+	cargo bench --bench pipeline
+
+schemas: build
+	target/debug/media-worker schemas --out schemas
+
+clean:
+	cargo clean
