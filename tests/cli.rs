@@ -8,11 +8,18 @@ fn bin() -> Command {
 
 #[test]
 fn invalid_config_is_one_line_naming_the_key_and_exit_code_2() {
-    let out = bin().arg("run").env("WORKER_POOL_SIZE", "lots").output().unwrap();
+    let out = bin()
+        .arg("run")
+        .env("WORKER_POOL_SIZE", "lots")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(err.contains("worker.pool_size") && err.contains("WORKER_POOL_SIZE"), "{err}");
+    assert!(
+        err.contains("worker.pool_size") && err.contains("WORKER_POOL_SIZE"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -20,7 +27,10 @@ fn committed_schemas_match_the_rust_types() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas");
     for (name, text) in media_worker::contract::schemas() {
         let on_disk = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
-        assert!(on_disk == text, "schemas/{name} is stale: run `make schemas`");
+        assert!(
+            on_disk == text,
+            "schemas/{name} is stale: run `make schemas`"
+        );
     }
 }
 

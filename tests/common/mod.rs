@@ -24,11 +24,17 @@ pub const SOURCE_BUCKET: &str = "uploads";
 pub const OUTPUT_BUCKET: &str = "media";
 
 pub fn corpus(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/corpus")
+        .join(name)
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Polls `f` every 50 ms until it returns Some, or panics after `timeout`.
@@ -38,7 +44,10 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -54,7 +63,9 @@ fn wait_port(port: u16, child: &mut Child, what: &str) {
 
 fn spawn(cmd: &mut Command, log: &Path) -> Child {
     let out = std::fs::File::create(log).unwrap();
-    cmd.stdout(out.try_clone().unwrap()).stderr(out).stdin(Stdio::null());
+    cmd.stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .stdin(Stdio::null());
     // SAFETY: prctl is async-signal-safe; the child dies with the thread that spawned it.
     unsafe {
         cmd.pre_exec(|| {
@@ -62,7 +73,8 @@ fn spawn(cmd: &mut Command, log: &Path) -> Child {
             Ok(())
         });
     }
-    cmd.spawn().unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e} (run `make setup-test`)"))
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e} (run `make setup-test`)"))
 }
 
 fn kill(child: &mut Child, signal: i32) {
@@ -79,7 +91,11 @@ pub struct Broker {
 
 impl Broker {
     pub fn start() -> Broker {
-        let mut b = Broker { port: free_port(), dir: tempfile::tempdir().unwrap(), child: None };
+        let mut b = Broker {
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+        };
         b.restart();
         b
     }
@@ -116,7 +132,13 @@ impl Broker {
 
     pub fn create_topic(&self, name: &str, partitions: u32) {
         let status = Command::new("tansu")
-            .args(["topic", "create", name, "--partitions", &partitions.to_string()])
+            .args([
+                "topic",
+                "create",
+                name,
+                "--partitions",
+                &partitions.to_string(),
+            ])
             .args(["--broker", &format!("tcp://127.0.0.1:{}", self.port)])
             .stdout(Stdio::null())
             .status()
@@ -140,7 +162,11 @@ pub struct S3 {
 
 impl S3 {
     pub fn start() -> S3 {
-        let mut s = S3 { port: free_port(), dir: tempfile::tempdir().unwrap(), child: None };
+        let mut s = S3 {
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+        };
         std::fs::create_dir_all(s.dir.path().join("data")).unwrap();
         s.restart();
         s
@@ -169,7 +195,8 @@ impl S3 {
     }
 
     pub async fn client(&self) -> S3Client {
-        let creds = aws_sdk_s3::config::Credentials::new(ACCESS_KEY, SECRET_KEY, None, None, "test");
+        let creds =
+            aws_sdk_s3::config::Credentials::new(ACCESS_KEY, SECRET_KEY, None, None, "test");
         let conf = aws_sdk_s3::config::Builder::new()
             .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
             .region(aws_sdk_s3::config::Region::new("us-east-1"))
@@ -208,20 +235,46 @@ impl Stack {
         let response_topic = "media.optimize.response".to_owned();
         broker.create_topic(&request_topic, request_partitions);
         broker.create_topic(&response_topic, 1);
-        Stack { broker, s3, s3c, request_topic, response_topic }
+        Stack {
+            broker,
+            s3,
+            s3c,
+            request_topic,
+            response_topic,
+        }
     }
 
     /// Uploads a corpus file as `uploads/{name}`.
     pub async fn upload_corpus(&self, name: &str) {
-        let body = aws_sdk_s3::primitives::ByteStream::from_path(corpus(name)).await.unwrap();
-        self.s3c.put_object().bucket(SOURCE_BUCKET).key(name).body(body).send().await.unwrap();
+        let body = aws_sdk_s3::primitives::ByteStream::from_path(corpus(name))
+            .await
+            .unwrap();
+        self.s3c
+            .put_object()
+            .bucket(SOURCE_BUCKET)
+            .key(name)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
     }
 
     pub async fn get(&self, bucket: &str, key: &str) -> (Vec<u8>, Option<String>, Option<String>) {
-        let o = self.s3c.get_object().bucket(bucket).key(key).send().await.unwrap();
+        let o = self
+            .s3c
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
         let ct = o.content_type().map(str::to_owned);
         let cc = o.cache_control().map(str::to_owned);
-        (o.body.collect().await.unwrap().into_bytes().to_vec(), ct, cc)
+        (
+            o.body.collect().await.unwrap().into_bytes().to_vec(),
+            ct,
+            cc,
+        )
     }
 
     pub fn worker_env(&self, group: &str) -> HashMap<String, String> {
@@ -249,20 +302,34 @@ impl Stack {
     }
 
     pub fn producer(&self) -> FutureProducer {
-        ClientConfig::new().set("bootstrap.servers", self.broker.bootstrap()).create().unwrap()
+        ClientConfig::new()
+            .set("bootstrap.servers", self.broker.bootstrap())
+            .create()
+            .unwrap()
     }
 
     pub async fn send_raw(&self, key: &str, payload: &[u8], traceparent: Option<&str>) {
         let mut headers = OwnedHeaders::new();
         if let Some(tp) = traceparent {
-            headers = headers.insert(Header { key: "traceparent", value: Some(tp) });
+            headers = headers.insert(Header {
+                key: "traceparent",
+                value: Some(tp),
+            });
         }
-        let record = FutureRecord::to(&self.request_topic).key(key).payload(payload).headers(headers);
-        self.producer().send(record, Timeout::After(Duration::from_secs(30))).await.map_err(|(e, _)| e).unwrap();
+        let record = FutureRecord::to(&self.request_topic)
+            .key(key)
+            .payload(payload)
+            .headers(headers);
+        self.producer()
+            .send(record, Timeout::After(Duration::from_secs(30)))
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
     }
 
     pub async fn send(&self, req: &OptimizeRequest) {
-        self.send_raw(&req.media_id, &serde_json::to_vec(req).unwrap(), None).await;
+        self.send_raw(&req.media_id, &serde_json::to_vec(req).unwrap(), None)
+            .await;
     }
 
     /// Reads the response topic from the start.
@@ -291,9 +358,14 @@ impl Stack {
         }
         let got = c.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
         (0..partitions)
-            .map(|p| match got.find_partition(&self.request_topic, p).map(|e| e.offset()) {
-                Some(Offset::Offset(o)) => o,
-                _ => -1,
+            .map(|p| {
+                match got
+                    .find_partition(&self.request_topic, p)
+                    .map(|e| e.offset())
+                {
+                    Some(Offset::Offset(o)) => o,
+                    _ => -1,
+                }
             })
             .collect()
     }
@@ -305,7 +377,10 @@ pub fn request(media_id: &str, source_key: &str) -> OptimizeRequest {
         request_id: format!("req-{media_id}"),
         media_id: media_id.to_owned(),
         user_id: "user-1".to_owned(),
-        source: SourceRef { bucket: SOURCE_BUCKET.to_owned(), key: source_key.to_owned() },
+        source: SourceRef {
+            bucket: SOURCE_BUCKET.to_owned(),
+            key: source_key.to_owned(),
+        },
         media_type: None,
         profile: None,
     }
@@ -337,7 +412,8 @@ impl Responses {
                 });
                 return Some(Received {
                     key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
-                    body: serde_json::from_slice(m.payload().expect("payload")).expect("response JSON"),
+                    body: serde_json::from_slice(m.payload().expect("payload"))
+                        .expect("response JSON"),
                     traceparent: tp,
                 });
             }
@@ -382,7 +458,12 @@ impl Worker {
             .envs(env);
         let mut child = spawn(&mut cmd, &log);
         wait_port(http.port(), &mut child, "worker http");
-        Worker { child, http, log, _tmp: tmp }
+        Worker {
+            child,
+            http,
+            log,
+            _tmp: tmp,
+        }
     }
 
     pub fn scratch_dir(&self) -> PathBuf {
@@ -401,7 +482,10 @@ impl Worker {
         let mut buf = String::new();
         s.read_to_string(&mut buf).ok()?;
         let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-        let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        let body = buf
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
         Some((status, body))
     }
 

@@ -1,0 +1,122 @@
+//! Throughput of the job runner over the corpus photos (no Kafka, local store):
+//! images/s at a given pool size, CPU seconds per image, and peak RSS.
+//!
+//!   cargo bench --bench pipeline [-- --profile default --pool 2 --rounds 3]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::{StreamExt, stream};
+use media_worker::config::Settings;
+use media_worker::contract::{OptimizeRequest, SCHEMA_VERSION, SourceRef};
+use media_worker::job::JobRunner;
+use media_worker::storage::LocalStorage;
+
+/// Manifest kinds that are ordinary photos (not broken files, pixel bombs or videos).
+const PHOTO_KINDS: &[&str] = &["photo", "faces", "orientation", "color", "alpha"];
+
+fn corpus_photos(dir: &Path) -> Vec<String> {
+    let manifest = std::fs::read_to_string(dir.join("MANIFEST.tsv")).expect("corpus manifest");
+    manifest
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split('\t').collect();
+            (cols.len() > 5 && PHOTO_KINDS.contains(&cols[5])).then(|| cols[0].to_owned())
+        })
+        .collect()
+}
+
+fn cpu_seconds() -> f64 {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn arg(name: &str, default: &str) -> String {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+        .unwrap_or_else(|| default.to_owned())
+}
+
+fn main() {
+    let profile = arg("--profile", "default");
+    let pool = arg("--pool", "2");
+    let rounds: usize = arg("--rounds", "3").parse().unwrap();
+    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
+    let photos = corpus_photos(&corpus);
+    let out = tempfile::tempdir().unwrap();
+
+    let mut settings =
+        Settings::load_from(None, vec![("WORKER_POOL_SIZE".into(), pool.clone())]).unwrap();
+    settings.worker.tmp_dir = out.path().join("scratch");
+    let storage = LocalStorage::new(out.path()).with_bucket("corpus", &corpus);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let svc = rt
+        .block_on(async { media_worker::worker::services(Arc::new(settings), Arc::new(storage)) })
+        .unwrap();
+    let pool_size = svc.settings.pool_size();
+    let runner = JobRunner::new(svc);
+
+    let run_round = |round: usize| {
+        rt.block_on(async {
+            stream::iter(photos.iter().enumerate())
+                .map(|(i, name)| {
+                    let runner = runner.clone();
+                    let profile = profile.clone();
+                    async move {
+                        let req = OptimizeRequest {
+                            schema_version: SCHEMA_VERSION,
+                            request_id: format!("bench-{round}-{i}"),
+                            media_id: format!("m{i}"),
+                            user_id: "bench".into(),
+                            source: SourceRef {
+                                bucket: "corpus".into(),
+                                key: name.clone(),
+                            },
+                            media_type: None,
+                            profile: Some(profile),
+                        };
+                        let job = runner
+                            .services()
+                            .registry
+                            .start(&req.request_id, &req.media_id);
+                        let r = runner.run(&req, &job).await;
+                        assert!(r.success, "{name}: {:?}", r.error);
+                    }
+                })
+                .buffer_unordered(pool_size * 2)
+                .collect::<Vec<_>>()
+                .await
+        });
+    };
+
+    run_round(0); // warm-up: page cache, libvips start-up
+    let (t0, c0) = (Instant::now(), cpu_seconds());
+    for round in 1..=rounds {
+        run_round(round);
+    }
+    let (wall, cpu) = (t0.elapsed().as_secs_f64(), cpu_seconds() - c0);
+    let images = photos.len() * rounds;
+    println!(
+        "pipeline profile={profile} pool={pool_size} images={images} wall={wall:.2}s \
+         throughput={:.2} images/s cpu_per_image={:.1}ms peak_rss={:.0}MiB",
+        images as f64 / wall,
+        cpu / images as f64 * 1000.0,
+        peak_rss_mib()
+    );
+}
