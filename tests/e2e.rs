@@ -463,3 +463,105 @@ async fn a_fast_job_never_commits_past_a_slow_one() {
         redelivered.body.error
     );
 }
+
+/// Jobs still running at the shutdown deadline are abandoned: exit non-zero, no commit, and the
+/// next worker gets the message again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_deadline_abandons_without_committing() {
+    let stack = Stack::start(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("slow.toml");
+    std::fs::write(
+        &config,
+        "[profiles.slow]\nanalysis = false\nwidths = [640, 1280, 1920, 2048]\nformats = [{ format = \"avif\", quality = 60 }, { format = \"webp\", quality = 90 }]\n",
+    )
+    .unwrap();
+    let mut env = stack.worker_env("g-j");
+    env.insert("MEDIA_WORKER_CONFIG".into(), config.display().to_string());
+    env.insert("SHUTDOWN_TIMEOUT_SECS".into(), "2".into());
+    let mut worker = Worker::start(&env);
+    let responses = stack.responses();
+    stack.upload_corpus("imageio_meadow_cube.jpg").await;
+    let mut slow = request("too-slow", "imageio_meadow_cube.jpg");
+    slow.profile = Some("slow".into());
+    stack.send(&slow).await;
+    wait_for("job running", MINUTE, || {
+        worker
+            .jobs()
+            .iter()
+            .any(|j| j["stage"] == "transform")
+            .then_some(())
+    });
+    worker.sigterm();
+    let status = worker.wait_exit(MINUTE);
+    assert_eq!(status.code(), Some(1), "abandoned work is a non-zero exit");
+    assert!(
+        responses.next(Duration::from_secs(1)).is_none(),
+        "no response for abandoned work"
+    );
+    assert!(stack.committed("g-j", 1)[0] <= 0);
+
+    env.insert("SHUTDOWN_TIMEOUT_SECS".into(), "25".into());
+    let _next = Worker::start(&env);
+    let r = responses.take(1, 5 * MINUTE).remove(0).body;
+    assert_eq!(
+        (r.media_id.as_deref(), r.status),
+        (Some("too-slow"), Status::Completed)
+    );
+}
+
+/// A source over MAX_INPUT_BYTES fails input_too_large at download, without retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_sources_are_rejected() {
+    let stack = Stack::start(1).await;
+    let mut env = stack.worker_env("g-k");
+    env.insert("MAX_INPUT_BYTES".into(), "50000".into());
+    let _worker = Worker::start(&env);
+    let responses = stack.responses();
+    stack.upload_corpus("sharp_Landscape_1.jpg").await; // 139 KB
+    stack.send(&request("big", "sharp_Landscape_1.jpg")).await;
+    let r = responses.take(1, MINUTE).remove(0).body;
+    assert_failed(&r, &[ErrorCode::InputTooLarge]);
+    assert_eq!((r.error.unwrap().stage, r.attempts), (Stage::Download, 1));
+}
+
+/// Large outputs go up in parts, with the same headers, and come back byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_uploads_use_multipart() {
+    use media_worker::storage::{ObjectMeta, S3Storage, Storage};
+    let stack = Stack::start(1).await;
+    let storage = S3Storage::with_client(stack.s3c.clone(), 16 * 1024 * 1024);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.bin");
+    let data: Vec<u8> = (0..20 * 1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+        .collect();
+    std::fs::write(&path, &data).unwrap();
+    let meta = ObjectMeta {
+        content_type: "video/mp4",
+        cache_control: "public, max-age=31536000, immutable",
+    };
+    storage
+        .upload(OUTPUT_BUCKET, "u/videos/m/big.mp4", &path, &meta)
+        .await
+        .unwrap();
+    let head = stack
+        .s3c
+        .head_object()
+        .bucket(OUTPUT_BUCKET)
+        .key("u/videos/m/big.mp4")
+        .send()
+        .await
+        .unwrap();
+    let etag = head.e_tag().unwrap_or_default().to_owned();
+    assert!(
+        etag.trim_matches('"').ends_with("-3"),
+        "3 parts of 8 MiB: {etag}"
+    );
+    let (bytes, ct, cc) = stack.get(OUTPUT_BUCKET, "u/videos/m/big.mp4").await;
+    assert!(bytes == data, "round trip");
+    assert_eq!(
+        (ct.as_deref(), cc.as_deref()),
+        (Some("video/mp4"), Some(meta.cache_control))
+    );
+}

@@ -47,8 +47,12 @@ impl S3Storage {
         }
     }
 
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// Wraps an existing client (tests, custom set-ups).
+    pub fn with_client(client: Client, multipart_threshold: u64) -> S3Storage {
+        S3Storage {
+            client,
+            multipart_threshold: multipart_threshold.max(PART_SIZE),
+        }
     }
 
     async fn upload_multipart(

@@ -1,0 +1,34 @@
+# syntax=docker/dockerfile:1
+# Build: Debian 12 with the -dev packages. Runtime: debian:12-slim with runtime libraries only.
+
+FROM rust:1-bookworm AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Cargo.toml Cargo.lock build.rs ./
+COPY config ./config
+COPY src ./src
+COPY benches ./benches
+RUN cargo build --release --locked --bin media-worker \
+ && strip target/release/media-worker
+
+FROM debian:12-slim
+# libvips42 brings its loaders (jpeg, png, webp, gif, tiff, heif); tini reaps ffmpeg children
+# and forwards SIGTERM.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      libvips42 libssl3 ffmpeg opencv-data ca-certificates tini \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin media
+COPY --from=build /src/target/release/media-worker /usr/local/bin/media-worker
+COPY config/default.toml /etc/media-worker/default.toml
+USER 10001:10001
+ENV TMP_DIR=/scratch \
+    HTTP_ADDR=0.0.0.0:8080 \
+    RUST_LOG=info
+EXPOSE 8080
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/media-worker"]
+CMD ["run"]
