@@ -31,9 +31,23 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("TMP_DIR", "worker.tmp_dir"),
     ("SHUTDOWN_TIMEOUT_SECS", "worker.shutdown_timeout_secs"),
     ("VIPS_THREADS", "worker.vips_threads"),
+    ("MEDIA_TIMEOUT_SECS", "worker.media_timeout_secs"),
     ("MAX_INPUT_BYTES", "limits.max_input_bytes"),
     ("MAX_IMAGE_PIXELS", "limits.max_image_pixels"),
     ("HTTP_ADDR", "http.addr"),
+];
+
+/// Keys whose values are text even when they look like numbers (`KAFKA_GROUP_ID=12345`).
+const STRING_KEYS: &[&str] = &[
+    "kafka.bootstrap_servers",
+    "kafka.group_id",
+    "kafka.group_instance_id",
+    "kafka.request_topic",
+    "kafka.response_topic",
+    "storage.output_bucket",
+    "worker.id",
+    "worker.tmp_dir",
+    "http.addr",
 ];
 
 /// Prefix of environment variables passed to librdkafka: `KAFKA_PROPERTY_SESSION_TIMEOUT_MS`
@@ -108,6 +122,8 @@ pub struct WorkerSettings {
     pub tmp_dir: PathBuf,
     pub shutdown_timeout_secs: u64,
     pub vips_threads: usize,
+    /// Time limit for the native media work of one attempt.
+    pub media_timeout_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -208,7 +224,11 @@ impl Settings {
         // number, "true" a boolean), so type errors name the key like any other.
         for (name, key) in ENV_KEYS {
             if let Some((_, raw)) = env.iter().find(|(n, _)| n == name) {
-                let value: figment::value::Value = raw.parse().expect("infallible");
+                let value: figment::value::Value = if STRING_KEYS.contains(key) {
+                    raw.clone().into()
+                } else {
+                    raw.parse().expect("infallible")
+                };
                 fig = fig.merge((*key, value));
             }
         }
@@ -342,10 +362,12 @@ mod tests {
                 ("WORKER_POOL_SIZE", "3"),
                 ("S3_FORCE_PATH_STYLE", "true"),
                 ("KAFKA_PROPERTY_SESSION_TIMEOUT_MS", "6000"),
+                ("KAFKA_GROUP_ID", "12345"),
             ]),
         )
         .unwrap();
         assert_eq!(s.kafka.bootstrap_servers, "127.0.0.1:1234");
+        assert_eq!(s.kafka.group_id, "12345", "numeric-looking text stays text");
         assert_eq!(s.pool_size(), 3);
         assert_eq!(s.max_in_flight(), 6);
         assert!(s.storage.force_path_style);

@@ -52,7 +52,9 @@ pub enum JobError {
     Storage(#[from] StorageError),
     #[error(transparent)]
     Media(#[from] MediaError),
-    #[error("stage timed out after {0:?}")]
+    /// Native media work over its time limit. Such an input is as slow on every attempt, so
+    /// this is permanent (network timeouts are `StorageError::Unavailable`, and transient).
+    #[error("media processing exceeded its {0:?} limit")]
     Timeout(Duration),
     #[error("internal error: {0}")]
     Internal(String),
@@ -85,10 +87,7 @@ impl JobError {
     /// Transient failures are worth another attempt: the same input may succeed later.
     /// Permanent ones (bad input, missing or forbidden source) fail at once.
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self.code(),
-            ErrorCode::StorageUnavailable | ErrorCode::Timeout
-        )
+        self.code() == ErrorCode::StorageUnavailable
     }
 }
 

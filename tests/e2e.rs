@@ -40,6 +40,20 @@ fn assert_failed(r: &OptimizeResponse, codes: &[ErrorCode]) {
     );
 }
 
+/// A config file with a deliberately expensive profile `slow` (AVIF and WebP of the 25 MP
+/// meadow strip at four sizes: seconds of work, for tests that need a job in flight).
+fn slow_profile_config() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("slow.toml");
+    std::fs::write(
+        &config,
+        "[profiles.slow]\nanalysis = false\nwidths = [640, 1280, 1920, 2048]\n\
+         formats = [{ format = \"avif\", quality = 60 }, { format = \"webp\", quality = 90 }]\n",
+    )
+    .unwrap();
+    (dir, config)
+}
+
 const PHOTOS: [&str; 20] = [
     "dlib_2007_007763.jpg",
     "dlib_2008_002470.jpg",
@@ -408,14 +422,7 @@ async fn invalid_requests_are_answered_and_committed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fast_job_never_commits_past_a_slow_one() {
     let stack = Stack::start(1).await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("slow.toml");
-    // A deliberately expensive profile: AVIF and WebP of a 25 MP strip at four sizes.
-    std::fs::write(
-        &config,
-        "[profiles.slow]\nanalysis = false\nwidths = [640, 1280, 1920, 2048]\nformats = [{ format = \"avif\", quality = 60 }, { format = \"webp\", quality = 90 }]\n",
-    )
-    .unwrap();
+    let (_dir, config) = slow_profile_config();
     let mut env = stack.worker_env("g-i");
     env.insert("WORKER_POOL_SIZE".into(), "2".into());
     env.insert("MEDIA_WORKER_CONFIG".into(), config.display().to_string());
@@ -469,13 +476,7 @@ async fn a_fast_job_never_commits_past_a_slow_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_deadline_abandons_without_committing() {
     let stack = Stack::start(1).await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("slow.toml");
-    std::fs::write(
-        &config,
-        "[profiles.slow]\nanalysis = false\nwidths = [640, 1280, 1920, 2048]\nformats = [{ format = \"avif\", quality = 60 }, { format = \"webp\", quality = 90 }]\n",
-    )
-    .unwrap();
+    let (_dir, config) = slow_profile_config();
     let mut env = stack.worker_env("g-j");
     env.insert("MEDIA_WORKER_CONFIG".into(), config.display().to_string());
     env.insert("SHUTDOWN_TIMEOUT_SECS".into(), "2".into());
@@ -563,5 +564,28 @@ async fn large_uploads_use_multipart() {
     assert_eq!(
         (ct.as_deref(), cc.as_deref()),
         (Some("video/mp4"), Some(meta.cache_control))
+    );
+}
+
+/// Native work over MEDIA_TIMEOUT_SECS answers `timeout` (permanent: not retried).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn media_time_limit_answers_timeout() {
+    let stack = Stack::start(1).await;
+    let (_dir, config) = slow_profile_config();
+    let mut env = stack.worker_env("g-t");
+    env.insert("MEDIA_WORKER_CONFIG".into(), config.display().to_string());
+    env.insert("MEDIA_TIMEOUT_SECS".into(), "1".into());
+    let _worker = Worker::start(&env);
+    let responses = stack.responses();
+    stack.upload_corpus("imageio_meadow_cube.jpg").await;
+    let mut slow = request("over-time", "imageio_meadow_cube.jpg");
+    slow.profile = Some("slow".into());
+    stack.send(&slow).await;
+    let r = responses.take(1, MINUTE).remove(0).body;
+    assert_failed(&r, &[ErrorCode::Timeout]);
+    let e = r.error.unwrap();
+    assert_eq!(
+        (e.stage, e.retryable, r.attempts),
+        (Stage::Transform, false, 1)
     );
 }

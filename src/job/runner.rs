@@ -56,12 +56,7 @@ impl JobRunner {
         let ending = loop {
             attempt += 1;
             job.attempt(attempt);
-            job.phase(Phase::Queued);
-            let result = {
-                let _permit = self.pool.acquire().await.expect("pool is never closed");
-                let _busy = self.svc.metrics.busy_permit();
-                self.attempt(req, job).await
-            };
+            let result = self.attempt(req, job).await;
             match result {
                 Ok(done) => break Ending::Done(done),
                 Err((failure, _)) if failure.error.is_transient() && attempt < max_attempts => {
@@ -70,7 +65,6 @@ impl JobRunner {
                     tracing::warn!(job = job.id(), attempt, stage = failure.stage.as_str(),
                         error = %failure.error, "transient failure, will retry");
                     job.phase(Phase::Backoff);
-                    // The permit is released while we wait.
                     tokio::time::sleep(retry::backoff(
                         attempt,
                         Duration::from_millis(settings.worker.retry_base_ms),
@@ -113,7 +107,21 @@ impl JobRunner {
         };
         let (input, out_dir) = (scratch.source(), scratch.out_dir());
         let (handle, metrics) = (job.clone(), svc.metrics.clone());
-        let media = tokio::task::spawn_blocking(move || {
+        // A pool permit is one core: held for the native work only, so downloads and uploads
+        // overlap other jobs' CPU work (their number is bounded by the consumer's in-flight cap).
+        // The blocking task owns it: if the time limit fires, the core stays accounted for until
+        // the native code really returns.
+        job.phase(Phase::Queued);
+        let permit = self
+            .pool
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("pool is never closed");
+        let limit = Duration::from_secs(svc.settings.worker.media_timeout_secs);
+        let native = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let _busy = metrics.busy_permit();
             let mut current: Option<(Stage, Instant)> = None;
             let mut on_stage = |stage: Stage| {
                 if let Some((s, t)) = current.replace((stage, Instant::now())) {
@@ -126,14 +134,23 @@ impl JobRunner {
                 metrics.observe_stage(s, t.elapsed());
             }
             r
-        })
-        .await;
-        let media = match media {
-            Ok(Ok(m)) => m,
-            Ok(Err(f)) => return Err((Failure::at(f.stage)(f.error), Some(source))),
-            Err(join) => {
+        });
+        let media = match tokio::time::timeout(limit, native).await {
+            Ok(Ok(Ok(m))) => m,
+            Ok(Ok(Err(f))) => return Err((Failure::at(f.stage)(f.error), Some(source))),
+            Ok(Err(join)) => {
                 let e = media::MediaError::Crashed(format!("media task failed: {join}"));
                 return Err((Failure::at(Stage::Transform)(e), Some(source)));
+            }
+            Err(_) => {
+                let e = crate::error::JobError::Timeout(limit);
+                return Err((
+                    Failure {
+                        stage: job.current_stage(),
+                        error: e,
+                    },
+                    Some(source),
+                ));
             }
         };
 
