@@ -99,7 +99,7 @@ fn main() {
                         assert!(r.success, "{name}: {:?}", r.error);
                     }
                 })
-                .buffer_unordered(pool_size * 2)
+                .buffer_unordered(pool_size * arg("--in-flight-factor", "2").parse::<usize>().unwrap())
                 .collect::<Vec<_>>()
                 .await
         });
