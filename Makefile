@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 DIR ?= ../shared/corpus
 
-.PHONY: setup setup-test build release demo test test-unit test-e2e lint bench schemas clean
+.PHONY: setup setup-test build release demo test lint bench eval-faces schemas clean
 
 setup:
 	@scripts/setup.sh
@@ -31,7 +31,13 @@ lint: setup
 	cargo clippy --all-targets -- -D warnings
 
 bench: setup
-	cargo bench --bench pipeline
+	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3
+	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3 --analysis off
+	cargo bench --bench pipeline -- --profile variants --pool 2 --rounds 3
+
+## Face detection vs the counts in ../shared/corpus/MANIFEST.tsv.
+eval-faces: release
+	RUST_LOG=warn target/release/media-worker eval-faces $(DIR)
 
 schemas: build
 	target/debug/media-worker schemas --out schemas

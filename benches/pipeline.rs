@@ -1,7 +1,7 @@
 //! Throughput of the job runner over the corpus photos (no Kafka, local store):
 //! images/s at a given pool size, CPU seconds per image, and peak RSS.
 //!
-//!   cargo bench --bench pipeline [-- --profile default --pool 2 --rounds 3]
+//!   cargo bench --bench pipeline [-- --profile default --pool 2 --rounds 3 --analysis off]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,6 +64,15 @@ fn main() {
     let mut settings =
         Settings::load_from(None, vec![("WORKER_POOL_SIZE".into(), pool.clone())]).unwrap();
     settings.worker.tmp_dir = out.path().join("scratch");
+    // `--analysis off`: the same profile without OpenCV, to measure what analysis costs.
+    let analysis = arg("--analysis", "profile");
+    if analysis != "profile" {
+        settings
+            .profiles
+            .get_mut(&profile)
+            .expect("profile")
+            .analysis = analysis == "on";
+    }
     let storage = LocalStorage::new(out.path()).with_bucket("corpus", &corpus);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let svc = rt
@@ -99,7 +108,9 @@ fn main() {
                         assert!(r.success, "{name}: {:?}", r.error);
                     }
                 })
-                .buffer_unordered(pool_size * arg("--in-flight-factor", "2").parse::<usize>().unwrap())
+                .buffer_unordered(
+                    pool_size * arg("--in-flight-factor", "2").parse::<usize>().unwrap(),
+                )
                 .collect::<Vec<_>>()
                 .await
         });
@@ -113,7 +124,7 @@ fn main() {
     let (wall, cpu) = (t0.elapsed().as_secs_f64(), cpu_seconds() - c0);
     let images = photos.len() * rounds;
     println!(
-        "pipeline profile={profile} pool={pool_size} images={images} wall={wall:.2}s \
+        "pipeline profile={profile} analysis={analysis} pool={pool_size} images={images} wall={wall:.2}s \
          throughput={:.2} images/s cpu_per_image={:.1}ms peak_rss={:.0}MiB",
         images as f64 / wall,
         cpu / images as f64 * 1000.0,

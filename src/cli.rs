@@ -43,6 +43,11 @@ enum Command {
         #[arg(long, default_value = "default")]
         profile: String,
     },
+    /// Compare face detection with the counts in a corpus' MANIFEST.tsv.
+    EvalFaces {
+        #[arg(default_value = "../shared/corpus")]
+        dir: PathBuf,
+    },
     /// Write the event contract's JSON Schemas.
     Schemas {
         #[arg(long, default_value = "schemas")]
@@ -108,6 +113,11 @@ async fn execute(command: Command, settings: Settings) -> anyhow::Result<u8> {
                 1
             },
         ),
+        Command::EvalFaces { dir } => Ok(if commands::eval_faces::run(&settings, &dir)? {
+            0
+        } else {
+            1
+        }),
         Command::Schemas { out } => {
             std::fs::create_dir_all(&out)?;
             for (name, text) in crate::contract::schemas() {

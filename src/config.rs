@@ -35,6 +35,9 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("MAX_INPUT_BYTES", "limits.max_input_bytes"),
     ("MAX_IMAGE_PIXELS", "limits.max_image_pixels"),
     ("HTTP_ADDR", "http.addr"),
+    ("FACE_CASCADE", "analysis.face_cascade"),
+    ("PROFILE_FACE_CASCADE", "analysis.profile_cascade"),
+    ("BLUR_THRESHOLD", "analysis.blur_threshold"),
 ];
 
 /// Keys whose values are text even when they look like numbers (`KAFKA_GROUP_ID=12345`).
@@ -48,6 +51,8 @@ const STRING_KEYS: &[&str] = &[
     "worker.id",
     "worker.tmp_dir",
     "http.addr",
+    "analysis.face_cascade",
+    "analysis.profile_cascade",
 ];
 
 /// Prefix of environment variables passed to librdkafka: `KAFKA_PROPERTY_SESSION_TIMEOUT_MS`
@@ -61,6 +66,7 @@ pub struct Settings {
     pub storage: StorageSettings,
     pub worker: WorkerSettings,
     pub limits: Limits,
+    pub analysis: AnalysisSettings,
     pub http: HttpSettings,
     pub profiles: BTreeMap<String, Profile>,
 }
@@ -133,6 +139,28 @@ pub struct Limits {
     pub max_image_pixels: u64,
 }
 
+/// OpenCV analysis (see `media::vision`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnalysisSettings {
+    /// Longest side of the copy analysed.
+    pub max_side: u32,
+    pub face_cascade: PathBuf,
+    /// A second cascade for faces in profile.
+    #[serde(default)]
+    pub profile_cascade: Option<PathBuf>,
+    /// The profile cascade runs only on images with at least this many frontal faces.
+    pub profile_min_faces: u32,
+    pub scale_factor: f64,
+    pub min_neighbors: i32,
+    /// Smallest face, as a fraction of the shorter image side.
+    pub min_face_ratio: f64,
+    /// Longest side of the grey copy whose Laplacian variance is `blur_score`.
+    pub blur_side: u32,
+    /// `is_blurry` when `blur_score` is below this.
+    pub blur_threshold: f64,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpSettings {
@@ -148,6 +176,16 @@ pub struct Profile {
     /// Target widths; never upscaled (see `media::transform::plan_widths`).
     pub widths: Vec<u32>,
     pub formats: Vec<FormatSpec>,
+    /// A `thumbnail` output cropped around the focal point (cover), in every format.
+    #[serde(default)]
+    pub thumbnail: Option<ThumbnailSpec>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThumbnailSpec {
+    pub width: u32,
+    pub height: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -242,6 +280,15 @@ impl Settings {
                     .insert(prop, PropertyValue::Text(value.clone()));
             }
         }
+        // An empty profile cascade (`PROFILE_FACE_CASCADE=`) turns it off.
+        if settings
+            .analysis
+            .profile_cascade
+            .as_ref()
+            .is_some_and(|p| p.as_os_str().is_empty())
+        {
+            settings.analysis.profile_cascade = None;
+        }
         settings.validate()?;
         Ok(settings)
     }
@@ -286,6 +333,34 @@ impl Settings {
             }
             if p.formats.iter().any(|f| f.quality == 0 || f.quality > 100) {
                 return invalid(&format!("profiles.{name}.formats"), "quality must be 1-100");
+            }
+        }
+        let a = &self.analysis;
+        let cascades = std::iter::once(("analysis.face_cascade", &a.face_cascade)).chain(
+            a.profile_cascade
+                .iter()
+                .map(|p| ("analysis.profile_cascade", p)),
+        );
+        for (key, path) in cascades {
+            if !path.is_file() {
+                let msg = format!(
+                    "cascade file {} not found (apt-get install opencv-data)",
+                    path.display()
+                );
+                return invalid(key, &msg);
+            }
+        }
+        if a.scale_factor <= 1.0 || a.min_neighbors < 1 || a.max_side < 64 {
+            return invalid(
+                "analysis",
+                "need scale_factor > 1, min_neighbors >= 1, max_side >= 64",
+            );
+        }
+        for (name, p) in &self.profiles {
+            if let Some(t) = p.thumbnail {
+                if t.width == 0 || t.height == 0 || t.width > 4096 || t.height > 4096 {
+                    return invalid(&format!("profiles.{name}.thumbnail"), "need 1 to 4096 px");
+                }
             }
         }
         if self.kafka.bootstrap_servers.trim().is_empty() {
@@ -394,6 +469,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(text.contains("pool_sise"), "{text}");
+    }
+
+    #[test]
+    fn a_missing_cascade_is_a_clear_error() {
+        let e = Settings::load_from(None, env(&[("FACE_CASCADE", "/nope/face.xml")])).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("analysis.face_cascade") && text.contains("/nope/face.xml"),
+            "{text}"
+        );
     }
 
     #[test]

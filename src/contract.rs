@@ -75,7 +75,7 @@ pub struct SourceInfo {
 /// One object written by the job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Output {
-    /// `variant` (a resized copy).
+    /// `variant` (a resized copy) or `thumbnail` (a crop around the focal point).
     pub role: String,
     pub bucket: String,
     pub key: String,
@@ -85,6 +85,9 @@ pub struct Output {
     pub width: u32,
     pub height: u32,
     pub size_bytes: u64,
+    /// For a thumbnail: the part of the upright source it shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crop: Option<Rect>,
 }
 
 /// What the worker learnt about an image (null for the `variants` profile).
@@ -101,6 +104,45 @@ pub struct Analysis {
     pub frames: u32,
     /// EXIF orientation of the source (1-8), already applied to every output.
     pub orientation: u8,
+    /// OpenCV results; absent when analysis failed (status `degraded`, warning
+    /// `analysis_failed`).
+    #[serde(flatten)]
+    pub vision: Option<Vision>,
+}
+
+/// A rectangle in upright source pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Rect {
+    pub x: u32,
+    pub y: u32,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// A point in upright source pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Point {
+    pub x: u32,
+    pub y: u32,
+}
+
+/// What OpenCV saw in the image.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Vision {
+    pub faces: Vec<Rect>,
+    pub face_count: u32,
+    /// Centre of the faces weighted by area; without faces, the centroid of the strongest edges.
+    pub focal_point: Point,
+    /// Variance of the Laplacian of the grey image fitted to 512 px (8-bit scale); higher is
+    /// sharper.
+    pub blur_score: f64,
+    pub is_blurry: bool,
+    /// OpenCV img_hash PHash, 64 bits as 16 hex digits; compare by Hamming distance.
+    pub phash: String,
+    /// `#rrggbb`: the most common colour (12-bit quantised histogram, averaged within its bin).
+    pub dominant_color: String,
+    /// A short placeholder (https://blurha.sh), 4x3 components.
+    pub blurhash: String,
 }
 
 /// A non-fatal problem.

@@ -53,7 +53,11 @@ fn process_writes_variants_and_prints_one_response_per_file() {
         .collect();
     assert_eq!(lines.len(), 2);
     let ok = lines.iter().find(|r| r["success"] == true).unwrap();
-    assert_eq!(ok["outputs"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        ok["outputs"].as_array().unwrap().len(),
+        6,
+        "2 widths x 2 formats + 2 thumbnails"
+    );
     for o in ok["outputs"].as_array().unwrap() {
         assert!(out.path().join(o["key"].as_str().unwrap()).is_file());
     }

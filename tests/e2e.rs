@@ -100,27 +100,38 @@ async fn corpus_images_become_decodable_variants() {
             Some(format!("req-photo-{i}").as_str())
         );
         let a = r.analysis.as_ref().expect("default profile analyses");
-        let widths: BTreeSet<u32> = r.outputs.iter().map(|o| o.width).collect();
+        let v = a.vision.as_ref().expect("OpenCV analysis");
+        assert_eq!(v.phash.len(), 16, "{name}");
+        let variants: Vec<_> = r.outputs.iter().filter(|o| o.role == "variant").collect();
+        let widths: BTreeSet<u32> = variants.iter().map(|o| o.width).collect();
         let planned: BTreeSet<u32> = plan_widths(&[320, 640, 1280, 1920], a.width)
             .into_iter()
             .collect();
         assert_eq!(widths, planned, "{name}");
         assert_eq!(
-            r.outputs.len(),
+            variants.len(),
             planned.len() * 2,
             "{name}: webp + jpeg per width"
+        );
+        let thumbs: BTreeSet<&str> = r
+            .outputs
+            .iter()
+            .filter(|o| o.role == "thumbnail")
+            .map(|o| o.key.as_str())
+            .collect();
+        let prefix = format!("user-1/images/photo-{i}/thumb_256x256");
+        assert_eq!(
+            thumbs,
+            BTreeSet::from([
+                format!("{prefix}.webp").as_str(),
+                format!("{prefix}.jpg").as_str()
+            ])
         );
         for o in &r.outputs {
             let (bytes, ct, cc) = stack.get(&o.bucket, &o.key).await;
             assert_eq!(ct.as_deref(), Some(o.content_type.as_str()), "{}", o.key);
             assert_eq!(cc.as_deref(), Some("public, max-age=31536000, immutable"));
             assert_eq!(bytes.len() as u64, o.size_bytes, "{}", o.key);
-            let ext = if o.format == "jpeg" {
-                "jpg"
-            } else {
-                o.format.as_str()
-            };
-            assert_eq!(o.key, format!("user-1/images/photo-{i}/{}w.{ext}", o.width));
             let img = decode(&bytes);
             assert_eq!(
                 (img.width(), img.height()),
@@ -128,12 +139,20 @@ async fn corpus_images_become_decodable_variants() {
                 "{}",
                 o.key
             );
-            let expect_h = (a.height as f64 * o.width as f64 / a.width as f64).round() as i64;
-            assert!(
-                (o.height as i64 - expect_h).abs() <= 1,
-                "{}: aspect kept",
-                o.key
-            );
+            if o.role == "variant" {
+                let ext = if o.format == "jpeg" {
+                    "jpg"
+                } else {
+                    o.format.as_str()
+                };
+                assert_eq!(o.key, format!("user-1/images/photo-{i}/{}w.{ext}", o.width));
+                let expect_h = (a.height as f64 * o.width as f64 / a.width as f64).round() as i64;
+                assert!(
+                    (o.height as i64 - expect_h).abs() <= 1,
+                    "{}: aspect kept",
+                    o.key
+                );
+            }
         }
     }
     assert!(worker.log().contains("job finished"));
@@ -155,7 +174,12 @@ async fn exif_orientations_are_applied() {
     for n in 1..=8 {
         let r = &got[&format!("landscape-{n}")].body;
         assert_eq!(r.status, Status::Completed);
-        let dims: BTreeSet<(u32, u32)> = r.outputs.iter().map(|o| (o.width, o.height)).collect();
+        let dims: BTreeSet<(u32, u32)> = r
+            .outputs
+            .iter()
+            .filter(|o| o.role == "variant")
+            .map(|o| (o.width, o.height))
+            .collect();
         assert_eq!(
             dims,
             BTreeSet::from([(320, 240), (600, 450)]),
@@ -225,7 +249,7 @@ async fn broken_files_fail_cleanly_and_the_worker_continues() {
             "{name}: permanent, not retried"
         );
         assert!(
-            matches!(e.stage, Stage::Probe | Stage::Transform),
+            matches!(e.stage, Stage::Probe | Stage::Analyze | Stage::Transform),
             "{name}: {:?}",
             e.stage
         );

@@ -1,6 +1,7 @@
 //! The `demo` and `process` commands: the same job runner, without a real Kafka or S3.
 
 pub mod demo;
+pub mod eval_faces;
 pub mod process;
 
 use std::path::{Path, PathBuf};

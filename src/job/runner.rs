@@ -103,6 +103,7 @@ impl JobRunner {
         let spec = MediaJob {
             profile: svc.settings.profiles[&profile_name].clone(),
             limits: svc.settings.limits.clone(),
+            analysis: svc.settings.analysis.clone(),
             hint: req.media_type,
         };
         let (input, out_dir) = (scratch.source(), scratch.out_dir());

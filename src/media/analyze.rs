@@ -1,9 +1,14 @@
-//! Stage 4: what the response's `analysis` says about an image.
+//! Stage 4: what the response's `analysis` says about an image. Runs on a copy (at most
+//! `max_side` px) of the upright sRGB image the transform stage decoded: no second decode.
 
 use super::Probe;
-use crate::contract::Analysis;
+use super::vips::Image;
+use super::vision::{self, Rgb};
+use crate::config::AnalysisSettings;
+use crate::contract::{Analysis, Point, Rect, Vision};
 
-pub fn run(probe: &Probe) -> Analysis {
+/// Header facts only (the `vision` part is absent).
+pub fn basic(probe: &Probe) -> Analysis {
     Analysis {
         width: probe.width,
         height: probe.height,
@@ -12,5 +17,180 @@ pub fn run(probe: &Probe) -> Analysis {
         animated: probe.frames > 1,
         frames: probe.frames,
         orientation: probe.orientation,
+        vision: None,
+    }
+}
+
+/// Full analysis. An error here degrades the job; it never fails it.
+pub fn run(probe: &Probe, decoded: &Image, cfg: &AnalysisSettings) -> Result<Analysis, String> {
+    let work = working_copy(decoded, cfg.max_side).map_err(|e| e.to_string())?;
+    let pixels = work.to_bytes().map_err(|e| e.to_string())?;
+    let rgb = Rgb {
+        width: work.width(),
+        height: work.height(),
+        data: &pixels,
+    };
+    let vision = see(probe, &rgb, &work, cfg).map_err(|e| format!("opencv: {e}"))?;
+    Ok(Analysis {
+        vision: Some(vision),
+        ..basic(probe)
+    })
+}
+
+/// An opaque 8-bit RGB copy whose longest side is at most `max_side`.
+fn working_copy(decoded: &Image, max_side: u32) -> Result<Image, super::vips::VipsError> {
+    let long = decoded.width().max(decoded.height());
+    let mut img = if long > max_side {
+        decoded
+            .resize(max_side as f64 / long as f64)?
+            .into_memory()?
+    } else {
+        decoded.resize(1.0)?.into_memory()?
+    };
+    if img.has_alpha() {
+        img = img.flatten([255.0; 3])?.into_memory()?;
+    }
+    Ok(img)
+}
+
+fn see(probe: &Probe, rgb: &Rgb, work: &Image, cfg: &AnalysisSettings) -> vision::CvResult<Vision> {
+    // Working pixels → upright source pixels.
+    let t = std::time::Instant::now();
+    let sx = probe.width as f64 / rgb.width as f64;
+    let sy = probe.height as f64 / rgb.height as f64;
+    let faces: Vec<Rect> = vision::faces(rgb, cfg)?
+        .iter()
+        .map(|r| Rect {
+            x: (r.x as f64 * sx).round() as u32,
+            y: (r.y as f64 * sy).round() as u32,
+            width: (r.width as f64 * sx).round() as u32,
+            height: (r.height as f64 * sy).round() as u32,
+        })
+        .collect();
+    let t_faces = t.elapsed();
+    let focal_point = match focal_of_faces(&faces) {
+        Some(p) => p,
+        None => {
+            let (fx, fy) = vision::attention(rgb)?;
+            Point {
+                x: (fx * probe.width as f64) as u32,
+                y: (fy * probe.height as f64) as u32,
+            }
+        }
+    };
+    let t_focal = t.elapsed();
+    let blur_score = vision::blur_score(rgb, cfg.blur_side as i32)?;
+    let t_blur = t.elapsed();
+    let phash = vision::phash(rgb)?;
+    let t_phash = t.elapsed();
+    let dominant_color = dominant_color(rgb.data);
+    let blurhash = blurhash_of(work).unwrap_or_default();
+    tracing::debug!(
+        faces_ms = t_faces.as_millis() as u64,
+        focal_ms = (t_focal - t_faces).as_millis() as u64,
+        blur_ms = (t_blur - t_focal).as_millis() as u64,
+        phash_ms = (t_phash - t_blur).as_millis() as u64,
+        colour_hash_ms = (t.elapsed() - t_phash).as_millis() as u64,
+        "analysis timings"
+    );
+    Ok(Vision {
+        face_count: faces.len() as u32,
+        faces,
+        focal_point,
+        blur_score: (blur_score * 100.0).round() / 100.0,
+        is_blurry: blur_score < cfg.blur_threshold,
+        phash,
+        dominant_color,
+        blurhash,
+    })
+}
+
+/// Centre of the faces, weighted by area.
+pub fn focal_of_faces(faces: &[Rect]) -> Option<Point> {
+    let total: f64 = faces.iter().map(|f| f.width as f64 * f.height as f64).sum();
+    if total <= 0.0 {
+        return None;
+    }
+    let (mut x, mut y) = (0.0, 0.0);
+    for f in faces {
+        let a = f.width as f64 * f.height as f64 / total;
+        x += (f.x as f64 + f.width as f64 / 2.0) * a;
+        y += (f.y as f64 + f.height as f64 / 2.0) * a;
+    }
+    Some(Point {
+        x: x.round() as u32,
+        y: y.round() as u32,
+    })
+}
+
+/// The most populated bin of a 4-bit-per-channel histogram, as the mean colour of its pixels.
+pub fn dominant_color(rgb: &[u8]) -> String {
+    let mut count = vec![0u32; 4096];
+    let mut sum = vec![[0u64; 3]; 4096];
+    for p in rgb.chunks_exact(3) {
+        let bin = ((p[0] as usize >> 4) << 8) | ((p[1] as usize >> 4) << 4) | (p[2] as usize >> 4);
+        count[bin] += 1;
+        for c in 0..3 {
+            sum[bin][c] += p[c] as u64;
+        }
+    }
+    let (bin, n) = count
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, n)| (**n, std::cmp::Reverse(*i)))
+        .unwrap();
+    if *n == 0 {
+        return "#000000".to_owned();
+    }
+    let m = |c: usize| (sum[bin][c] / *n as u64) as u8;
+    format!("#{:02x}{:02x}{:02x}", m(0), m(1), m(2))
+}
+
+/// A 4x3-component BlurHash of a 32 px wide copy.
+fn blurhash_of(work: &Image) -> Option<String> {
+    let small = work
+        .resize(32.0 / work.width() as f64)
+        .ok()?
+        .into_memory()
+        .ok()?;
+    let rgb = small.to_bytes().ok()?;
+    let rgba: Vec<u8> = rgb
+        .chunks_exact(3)
+        .flat_map(|p| [p[0], p[1], p[2], 255])
+        .collect();
+    blurhash::encode(4, 3, small.width(), small.height(), &rgba).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn focal_point_is_the_area_weighted_centre() {
+        let big = Rect {
+            x: 0,
+            y: 0,
+            width: 100,
+            height: 100,
+        };
+        let small = Rect {
+            x: 300,
+            y: 0,
+            width: 10,
+            height: 10,
+        };
+        let p = focal_of_faces(&[big, small]).unwrap();
+        assert!(
+            p.x < 60 && p.x > 50,
+            "pulled slightly towards the small face: {p:?}"
+        );
+        assert!(focal_of_faces(&[]).is_none());
+    }
+
+    #[test]
+    fn dominant_colour_is_the_biggest_bin() {
+        let mut px = [10u8, 200, 30].repeat(90);
+        px.extend([250u8, 250, 250].repeat(10));
+        assert_eq!(dominant_color(&px), "#0ac81e");
     }
 }

@@ -7,10 +7,11 @@ pub mod probe;
 pub mod sniff;
 pub mod transform;
 pub mod vips;
+pub mod vision;
 
 use std::path::{Path, PathBuf};
 
-use crate::config::{Limits, OutputFormat, Profile};
+use crate::config::{AnalysisSettings, Limits, OutputFormat, Profile};
 use crate::contract::{Analysis, MediaType, Warning};
 use crate::job::Stage;
 
@@ -54,6 +55,7 @@ fn at(stage: Stage) -> impl FnOnce(MediaError) -> MediaFailure {
 pub struct MediaJob {
     pub profile: Profile,
     pub limits: Limits,
+    pub analysis: AnalysisSettings,
     /// The producer's hint; the type is always detected from the bytes.
     pub hint: Option<MediaType>,
 }
@@ -69,6 +71,8 @@ pub struct ProducedFile {
     pub width: u32,
     pub height: u32,
     pub size_bytes: u64,
+    /// Thumbnails: the region of the upright source shown.
+    pub crop: Option<crate::contract::Rect>,
 }
 
 #[derive(Debug)]
@@ -80,6 +84,7 @@ pub struct MediaOutput {
 }
 
 /// probe → analyze → transform for one input file. `on_stage` is told when each stage starts.
+/// The input is decoded once, at the start of analyze (or of transform, without analysis).
 pub fn process(
     job: &MediaJob,
     input: &Path,
@@ -88,19 +93,51 @@ pub fn process(
 ) -> Result<MediaOutput, MediaFailure> {
     on_stage(Stage::Probe);
     let probe = probe::run(input, &job.limits).map_err(at(Stage::Probe))?;
-    let analysis = if job.profile.analysis {
-        on_stage(Stage::Analyze);
-        Some(analyze::run(&probe))
+
+    let analyse = job.profile.analysis;
+    let first = if analyse {
+        Stage::Analyze
     } else {
-        None
+        Stage::Transform
     };
+    on_stage(first);
+    let width = transform::decode_width(
+        &probe,
+        &job.profile,
+        analyse.then_some(job.analysis.max_side),
+    );
+    let decoded = transform::decode(input, width).map_err(at(first))?;
+
+    let mut warnings = Vec::new();
+    let analysis = analyse.then(|| {
+        // Analysis never fails the job: on error (or a panic in native code) the variants still
+        // ship, with a warning.
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            analyze::run(&probe, &decoded, &job.analysis)
+        }));
+        let message = match run {
+            Ok(Ok(a)) => return a,
+            Ok(Err(e)) => e,
+            Err(_) => "analysis panicked".to_owned(),
+        };
+        warnings.push(Warning {
+            code: "analysis_failed".into(),
+            message,
+        });
+        analyze::basic(&probe)
+    });
+    let focal = analysis
+        .as_ref()
+        .and_then(|a| a.vision.as_ref())
+        .map(|v| v.focal_point);
+
     on_stage(Stage::Transform);
-    let files =
-        transform::run(input, &probe, &job.profile, out_dir).map_err(at(Stage::Transform))?;
+    let files = transform::run(&decoded, &probe, &job.profile, focal, out_dir)
+        .map_err(at(Stage::Transform))?;
     Ok(MediaOutput {
         media_type: MediaType::Image,
         files,
         analysis,
-        warnings: Vec::new(),
+        warnings,
     })
 }

@@ -1,11 +1,13 @@
-//! Stage 5: web variants from one decode. The source is decoded once, shrunk on load to the
-//! largest width needed, made upright and sRGB; every variant is derived from that in memory.
+//! Stage 5: web variants from one decode. The source is decoded once ([`decode`]), shrunk on
+//! load to the largest width needed, made upright and sRGB; every variant, the thumbnail and
+//! the analysis copy are derived from that in memory.
 
 use std::path::Path;
 
 use super::vips::{Image, VipsError};
 use super::{MediaError, Probe, ProducedFile};
-use crate::config::{OutputFormat, Profile};
+use crate::config::{OutputFormat, Profile, ThumbnailSpec};
+use crate::contract::{Point, Rect};
 
 const WHITE: [f64; 3] = [255.0, 255.0, 255.0];
 
@@ -29,27 +31,42 @@ fn transform_err(e: VipsError) -> MediaError {
     MediaError::Transform(e.0)
 }
 
-pub fn run(
-    input: &Path,
-    probe: &Probe,
-    profile: &Profile,
-    out_dir: &Path,
-) -> Result<Vec<ProducedFile>, MediaError> {
-    let widths = plan_widths(&profile.widths, probe.width);
-    let largest = *widths.last().expect("profiles have at least one width");
-    // Pixels are decoded here (into_memory): decoder failures mean the input is corrupt.
-    let decoded = Image::thumbnail(input, largest)
+/// The width to decode at: enough for the largest variant, the thumbnail (cover) and the
+/// analysis copy, never more than the source.
+pub fn decode_width(probe: &Probe, profile: &Profile, analysis_side: Option<u32>) -> u32 {
+    let (w, h) = (probe.width as f64, probe.height as f64);
+    let mut need = *plan_widths(&profile.widths, probe.width)
+        .last()
+        .expect("widths") as f64;
+    if let Some(t) = profile.thumbnail {
+        need = need.max((t.width as f64 / w).max(t.height as f64 / h) * w);
+    }
+    if let Some(side) = analysis_side {
+        need = need.max(side as f64 / w.max(h) * w);
+    }
+    (need.ceil() as u32).clamp(1, probe.width)
+}
+
+/// Decodes once: shrunk on load to `width`, upright, 8-bit sRGB, in memory. Decoder failures
+/// mean the input is corrupt.
+pub fn decode(input: &Path, width: u32) -> Result<Image, MediaError> {
+    Image::thumbnail(input, width)
         .and_then(|i| i.to_srgb8())
         .and_then(Image::into_memory)
-        .map_err(|e| MediaError::Corrupt(e.0))?;
-    let needs_opaque = profile
-        .formats
-        .iter()
-        .any(|f| f.format == OutputFormat::Jpeg);
+        .map_err(|e| MediaError::Corrupt(e.0))
+}
 
-    let mut files = Vec::with_capacity(widths.len() * profile.formats.len());
-    for &w in &widths {
-        let variant = if w == decoded.width() {
+/// Writes every variant (and the thumbnail) of the decoded image in every profile format.
+pub fn run(
+    decoded: &Image,
+    probe: &Probe,
+    profile: &Profile,
+    focal: Option<Point>,
+    out_dir: &Path,
+) -> Result<Vec<ProducedFile>, MediaError> {
+    let mut files = Vec::new();
+    for w in plan_widths(&profile.widths, probe.width) {
+        let resized = if w == decoded.width() {
             None
         } else {
             let scale = w as f64 / decoded.width() as f64;
@@ -60,42 +77,118 @@ pub fn run(
                     .map_err(transform_err)?,
             )
         };
-        let variant = variant.as_ref().unwrap_or(&decoded);
-        let opaque = if needs_opaque && variant.has_alpha() {
-            Some(
-                variant
-                    .flatten(WHITE)
-                    .and_then(Image::into_memory)
-                    .map_err(transform_err)?,
-            )
-        } else {
-            None
-        };
-        for spec in &profile.formats {
-            let name = format!("{w}w.{}", spec.format.ext());
-            let path = out_dir.join(&name);
-            let img = match spec.format {
-                OutputFormat::Jpeg => opaque.as_ref().unwrap_or(variant),
-                _ => variant,
-            };
-            match spec.format {
-                OutputFormat::Jpeg => img.save_jpeg(&path, spec.quality),
-                OutputFormat::Webp => img.save_webp(&path, spec.quality),
-                OutputFormat::Avif => img.save_avif(&path, spec.quality),
-            }
-            .map_err(transform_err)?;
-            files.push(ProducedFile {
-                size_bytes: std::fs::metadata(&path)?.len(),
-                name,
-                path,
-                role: "variant",
-                format: spec.format,
-                width: img.width(),
-                height: img.height(),
-            });
-        }
+        let img = resized.as_ref().unwrap_or(decoded);
+        encode_all(
+            img,
+            profile,
+            &format!("{w}w"),
+            "variant",
+            None,
+            out_dir,
+            &mut files,
+        )?;
+    }
+    if let Some(spec) = profile.thumbnail {
+        let focal = focal.unwrap_or(Point {
+            x: probe.width / 2,
+            y: probe.height / 2,
+        });
+        let (thumb, crop) = cover_crop(decoded, probe, spec, focal).map_err(transform_err)?;
+        let stem = format!("thumb_{}x{}", spec.width, spec.height);
+        encode_all(
+            &thumb,
+            profile,
+            &stem,
+            "thumbnail",
+            Some(crop),
+            out_dir,
+            &mut files,
+        )?;
     }
     Ok(files)
+}
+
+/// Scales to cover `spec` (never enlarging) and cuts a window centred on `focal` (upright
+/// source pixels), clamped inside the image. Also returns the window in source pixels.
+fn cover_crop(
+    decoded: &Image,
+    probe: &Probe,
+    spec: ThumbnailSpec,
+    focal: Point,
+) -> Result<(Image, Rect), VipsError> {
+    let (dw, dh) = (decoded.width() as f64, decoded.height() as f64);
+    let s = (spec.width as f64 / dw)
+        .max(spec.height as f64 / dh)
+        .min(1.0);
+    let scaled = decoded.resize(s)?.into_memory()?;
+    let (rw, rh) = (scaled.width(), scaled.height());
+    let (cw, ch) = (spec.width.min(rw), spec.height.min(rh));
+    let to_scaled = rw as f64 / probe.width as f64;
+    let centre = |f: u32, c: u32, max: u32| {
+        let v = (f as f64 * to_scaled - c as f64 / 2.0).round().max(0.0) as u32;
+        v.min(max - c)
+    };
+    let left = centre(focal.x, cw, rw);
+    let top = centre(focal.y, ch, rh);
+    let src = |v: u32| (v as f64 / to_scaled).round() as u32;
+    let crop = Rect {
+        x: src(left),
+        y: src(top),
+        width: src(cw),
+        height: src(ch),
+    };
+    Ok((scaled.extract(left, top, cw, ch)?.into_memory()?, crop))
+}
+
+fn encode_all(
+    img: &Image,
+    profile: &Profile,
+    stem: &str,
+    role: &'static str,
+    crop: Option<Rect>,
+    out_dir: &Path,
+    files: &mut Vec<ProducedFile>,
+) -> Result<(), MediaError> {
+    // JPEG has no alpha: flatten once, onto white.
+    let needs_opaque = img.has_alpha()
+        && profile
+            .formats
+            .iter()
+            .any(|f| f.format == OutputFormat::Jpeg);
+    let opaque = if needs_opaque {
+        Some(
+            img.flatten(WHITE)
+                .and_then(Image::into_memory)
+                .map_err(transform_err)?,
+        )
+    } else {
+        None
+    };
+    for spec in &profile.formats {
+        let name = format!("{stem}.{}", spec.format.ext());
+        let path = out_dir.join(&name);
+        let src = match spec.format {
+            OutputFormat::Jpeg => opaque.as_ref().unwrap_or(img),
+            _ => img,
+        };
+        match spec.format {
+            OutputFormat::Jpeg => src.save_jpeg(&path, spec.quality),
+            OutputFormat::Webp => src.save_webp(&path, spec.quality),
+            OutputFormat::Avif => src.save_avif(&path, spec.quality),
+        }
+        .map_err(transform_err)?;
+        files.push(ProducedFile {
+            size_bytes: std::fs::metadata(&path)?.len(),
+            name,
+            path,
+            role,
+            format: spec.format,
+            width: src.width(),
+            height: src.height(),
+            crop,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

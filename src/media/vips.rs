@@ -62,6 +62,15 @@ unsafe extern "C" {
         height: c_int,
         ...
     ) -> c_int;
+    fn vips_embed(
+        input: *mut RawImage,
+        out: *mut *mut RawImage,
+        x: c_int,
+        y: c_int,
+        width: c_int,
+        height: c_int,
+        ...
+    ) -> c_int;
     fn vips_array_double_newv(n: c_int, ...) -> *mut c_void;
     fn vips_area_unref(area: *mut c_void);
 
@@ -152,6 +161,7 @@ pub fn init(threads: usize) {
             // Every job reads a different file: the operation cache only holds memory.
             vips_cache_set_max(0);
         }
+        super::vision::init();
     });
     // SAFETY: sets a global integer.
     unsafe { vips_concurrency_set(threads.max(1) as c_int) };
@@ -342,6 +352,22 @@ impl Image {
                 out,
                 left as c_int,
                 top as c_int,
+                width as c_int,
+                height as c_int,
+                END,
+            )
+        })
+    }
+
+    /// Places the image at (x, y) on a black canvas of `width` x `height`.
+    pub fn embed(&self, x: u32, y: u32, width: u32, height: u32) -> Result<Image> {
+        produce("embed", |out| unsafe {
+            // SAFETY: valid image; option list terminated.
+            vips_embed(
+                self.0,
+                out,
+                x as c_int,
+                y as c_int,
                 width as c_int,
                 height as c_int,
                 END,

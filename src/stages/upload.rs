@@ -59,5 +59,6 @@ async fn upload_one(
         width: f.width,
         height: f.height,
         size_bytes: f.size_bytes,
+        crop: f.crop,
     })
 }

@@ -1,0 +1,235 @@
+//! Computer vision on decoded pixels with OpenCV: faces (Haar cascades), sharpness, perceptual
+//! hash and an attention estimate. Input is always an upright 8-bit RGB buffer handed over as a
+//! borrowed `Mat`: nothing is encoded or decoded again.
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+
+use opencv::core::{Mat, Rect, Size, Vector};
+use opencv::objdetect::{CASCADE_SCALE_IMAGE, CascadeClassifier};
+use opencv::prelude::*;
+use opencv::{img_hash, imgproc};
+
+use crate::config::AnalysisSettings;
+
+pub type CvResult<T> = opencv::Result<T>;
+
+/// An RGB image (3 bytes per pixel, rows packed).
+pub struct Rgb<'a> {
+    pub width: u32,
+    pub height: u32,
+    pub data: &'a [u8],
+}
+
+impl Rgb<'_> {
+    fn mat(&self) -> CvResult<opencv::boxed_ref::BoxedRef<'_, Mat>> {
+        Mat::new_rows_cols_with_bytes::<opencv::core::Vec3b>(
+            self.height as i32,
+            self.width as i32,
+            self.data,
+        )
+    }
+
+    fn gray(&self) -> CvResult<Mat> {
+        let mut gray = Mat::default();
+        imgproc::cvt_color_def(&self.mat()?, &mut gray, imgproc::COLOR_RGB2GRAY)?;
+        Ok(gray)
+    }
+}
+
+/// Resizes so that the longest side is `side` (never enlarges).
+fn fit(src: &Mat, side: i32) -> CvResult<Mat> {
+    let (w, h) = (src.cols(), src.rows());
+    let long = w.max(h);
+    if long <= side {
+        return src.try_clone();
+    }
+    let s = side as f64 / long as f64;
+    let size = Size::new(
+        ((w as f64 * s).round() as i32).max(1),
+        ((h as f64 * s).round() as i32).max(1),
+    );
+    let mut out = Mat::default();
+    imgproc::resize(src, &mut out, size, 0.0, 0.0, imgproc::INTER_AREA)?;
+    Ok(out)
+}
+
+thread_local! {
+    /// CascadeClassifier is not safe to share across threads: one per blocking thread, loaded
+    /// on first use.
+    static CASCADES: RefCell<Vec<(PathBuf, CascadeClassifier)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn with_cascade<T>(
+    path: &Path,
+    f: impl FnOnce(&mut CascadeClassifier) -> CvResult<T>,
+) -> CvResult<T> {
+    CASCADES.with(|c| {
+        let mut c = c.borrow_mut();
+        let i = match c.iter().position(|(p, _)| p == path) {
+            Some(i) => i,
+            None => {
+                c.push((path.to_owned(), load_cascade(path)?));
+                c.len() - 1
+            }
+        };
+        f(&mut c[i].1)
+    })
+}
+
+/// Loads a cascade, failing clearly when the file is missing or not a cascade.
+pub fn load_cascade(path: &Path) -> CvResult<CascadeClassifier> {
+    let c = CascadeClassifier::new(path)?;
+    if c.empty()? {
+        return Err(opencv::Error::new(
+            opencv::core::StsError,
+            format!("cannot load cascade {}", path.display()),
+        ));
+    }
+    Ok(c)
+}
+
+fn area(r: &Rect) -> i64 {
+    r.width as i64 * r.height as i64
+}
+
+fn overlap(a: &Rect, b: &Rect) -> f64 {
+    let x = (a.x + a.width).min(b.x + b.width) - a.x.max(b.x);
+    let y = (a.y + a.height).min(b.y + b.height) - a.y.max(b.y);
+    if x <= 0 || y <= 0 {
+        return 0.0;
+    }
+    // Intersection over the smaller box: a face nested in a larger detection is the same face.
+    (x as i64 * y as i64) as f64 / area(a).min(area(b)) as f64
+}
+
+/// Merges detections of the same face (from several cascades or scales), keeping the larger.
+fn merge(mut boxes: Vec<Rect>) -> Vec<Rect> {
+    boxes.sort_by_key(|r| std::cmp::Reverse(area(r)));
+    let mut kept: Vec<Rect> = Vec::new();
+    for b in boxes {
+        if kept.iter().all(|k| overlap(k, &b) < 0.3) {
+            kept.push(b);
+        }
+    }
+    kept.sort_by_key(|r| (r.y, r.x));
+    kept
+}
+
+/// OpenCV's own thread pool stays off: the job pool already runs one job per core.
+pub fn init() {
+    let _ = opencv::core::set_num_threads(1);
+}
+
+/// The cascades' detection window: nothing smaller is found.
+const WINDOW: f64 = 20.0;
+
+/// Face boxes in the image's own pixel coordinates.
+///
+/// The search runs on one grey copy scaled so that the smallest face of interest
+/// (`min_face_ratio` of the shorter side) just fills the cascade's 20 px window: small images
+/// are enlarged as much as their small faces need (at most 3x), large ones shrunk, and every
+/// image costs about the same. The profile cascade, which has more false positives, runs only
+/// where frontal faces were found (`profile_min_faces`): turned heads in a group.
+pub fn faces(img: &Rgb, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
+    let gray = img.gray()?;
+    let short = img.width.min(img.height) as f64;
+    let scale = (WINDOW / (cfg.min_face_ratio * short)).min(3.0);
+    let sized = if (scale - 1.0).abs() < 0.01 {
+        gray
+    } else {
+        let interp = if scale > 1.0 {
+            imgproc::INTER_LINEAR
+        } else {
+            imgproc::INTER_AREA
+        };
+        let mut out = Mat::default();
+        imgproc::resize(&gray, &mut out, Size::new(0, 0), scale, scale, interp)?;
+        out
+    };
+    let mut eq = Mat::default();
+    imgproc::equalize_hist(&sized, &mut eq)?;
+    let detect = |path: &Path| -> CvResult<Vec<Rect>> {
+        let mut v = Vector::<Rect>::new();
+        with_cascade(path, |c| {
+            c.detect_multi_scale(
+                &eq,
+                &mut v,
+                cfg.scale_factor,
+                cfg.min_neighbors,
+                CASCADE_SCALE_IMAGE,
+                Size::new(WINDOW as i32, WINDOW as i32),
+                Size::new(0, 0),
+            )
+        })?;
+        let back = |x: i32| (x as f64 / scale).round() as i32;
+        Ok(v.iter()
+            .map(|r| Rect::new(back(r.x), back(r.y), back(r.width), back(r.height)))
+            .collect())
+    };
+    let mut found = detect(&cfg.face_cascade)?;
+    if let Some(profile) = cfg.profile_cascade.as_deref() {
+        if found.len() >= cfg.profile_min_faces.max(1) as usize {
+            found.extend(detect(profile)?);
+        }
+    }
+    Ok(merge(found))
+}
+
+/// Variance of the Laplacian of the grey image fitted to `side` px: higher is sharper.
+pub fn blur_score(img: &Rgb, side: i32) -> CvResult<f64> {
+    let gray = fit(&img.gray()?, side)?;
+    let mut lap = Mat::default();
+    imgproc::laplacian_def(&gray, &mut lap, opencv::core::CV_64F)?;
+    let (mut mean, mut dev) = (Mat::default(), Mat::default());
+    opencv::core::mean_std_dev_def(&lap, &mut mean, &mut dev)?;
+    let sd = *dev.at_2d::<f64>(0, 0)?;
+    Ok(sd * sd)
+}
+
+/// OpenCV img_hash PHash: 64 bits as 16 hex digits.
+pub fn phash(img: &Rgb) -> CvResult<String> {
+    let mut hasher = img_hash::PHash::create()?;
+    let mut out = Mat::default();
+    hasher.compute(&img.mat()?, &mut out)?;
+    Ok(out
+        .data_bytes()?
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// Where the eye goes when there are no faces: the centroid of the strongest edges (top 10 %
+/// of Sobel gradient energy on a 256 px grey copy), as fractions of width and height.
+pub fn attention(img: &Rgb) -> CvResult<(f64, f64)> {
+    let gray = fit(&img.gray()?, 256)?;
+    let mut smooth = Mat::default();
+    imgproc::gaussian_blur_def(&gray, &mut smooth, Size::new(5, 5), 0.0)?;
+    let (mut gx, mut gy) = (Mat::default(), Mat::default());
+    imgproc::sobel_def(&smooth, &mut gx, opencv::core::CV_32F, 1, 0)?;
+    imgproc::sobel_def(&smooth, &mut gy, opencv::core::CV_32F, 0, 1)?;
+    let (w, h) = (gray.cols() as usize, gray.rows() as usize);
+    let mut energy = Vec::with_capacity(w * h);
+    for y in 0..h as i32 {
+        for x in 0..w as i32 {
+            let (a, b) = (*gx.at_2d::<f32>(y, x)?, *gy.at_2d::<f32>(y, x)?);
+            energy.push(a * a + b * b);
+        }
+    }
+    let mut sorted = energy.clone();
+    sorted.sort_by(f32::total_cmp);
+    let cut = sorted[sorted.len() * 9 / 10];
+    let (mut sx, mut sy, mut sw) = (0.0f64, 0.0f64, 0.0f64);
+    for (i, e) in energy.iter().enumerate() {
+        if *e >= cut && *e > 0.0 {
+            let e = *e as f64;
+            sx += (i % w) as f64 * e;
+            sy += (i / w) as f64 * e;
+            sw += e;
+        }
+    }
+    if sw == 0.0 {
+        return Ok((0.5, 0.5));
+    }
+    Ok(((sx / sw + 0.5) / w as f64, (sy / sw + 0.5) / h as f64))
+}
