@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use futures_util::{StreamExt, stream};
 use media_worker::config::Settings;
-use media_worker::contract::{OptimizeRequest, SCHEMA_VERSION, SourceRef};
+use media_worker::contract::OptimizeRequest;
 use media_worker::job::JobRunner;
 use media_worker::storage::LocalStorage;
 
@@ -88,23 +88,15 @@ fn main() {
                     let runner = runner.clone();
                     let profile = profile.clone();
                     async move {
-                        let req = OptimizeRequest {
-                            schema_version: SCHEMA_VERSION,
-                            request_id: format!("bench-{round}-{i}"),
-                            media_id: format!("m{i}"),
-                            user_id: "bench".into(),
-                            source: SourceRef {
-                                bucket: "corpus".into(),
-                                key: name.clone(),
-                            },
-                            media_type: None,
-                            profile: Some(profile),
-                        };
-                        let job = runner
-                            .services()
-                            .registry
-                            .start(&req.request_id, &req.media_id);
-                        let r = runner.run(&req, &job).await;
+                        let req = OptimizeRequest::new(
+                            format!("bench-{round}-{i}"),
+                            format!("m{i}"),
+                            "bench",
+                            "corpus",
+                            name.clone(),
+                        )
+                        .with_profile(&profile);
+                        let r = runner.run_registered(&req).await;
                         assert!(r.success, "{name}: {:?}", r.error);
                     }
                 })

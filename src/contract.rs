@@ -54,6 +54,35 @@ pub struct OptimizeRequest {
     pub profile: Option<String>,
 }
 
+impl OptimizeRequest {
+    /// A v1 request with the default profile and no type hint.
+    pub fn new(
+        request_id: String,
+        media_id: String,
+        user_id: &str,
+        bucket: &str,
+        key: String,
+    ) -> Self {
+        OptimizeRequest {
+            schema_version: SCHEMA_VERSION,
+            request_id,
+            media_id,
+            user_id: user_id.to_owned(),
+            source: SourceRef {
+                bucket: bucket.to_owned(),
+                key,
+            },
+            media_type: None,
+            profile: None,
+        }
+    }
+
+    pub fn with_profile(mut self, profile: &str) -> Self {
+        self.profile = Some(profile.to_owned());
+        self
+    }
+}
+
 /// `completed` (all outputs), `degraded` (outputs, with warnings) or `failed` (see `error`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]

@@ -20,6 +20,7 @@ fn settings() -> Settings {
 }
 
 fn run_with(settings: &Settings, path: &Path) -> MediaOutput {
+    let out = tempfile::tempdir().unwrap();
     media::vips::init(1);
     let job = MediaJob {
         profile: settings.profiles["default"].clone(),
@@ -27,8 +28,8 @@ fn run_with(settings: &Settings, path: &Path) -> MediaOutput {
         analysis: settings.analysis.clone(),
         hint: None,
     };
-    let out = tempfile::tempdir().unwrap().keep();
-    media::process(&job, path, &out, &mut |_: Stage| {}).unwrap()
+    // Only the metadata of the produced files is inspected; the directory goes with `out`.
+    media::process(&job, path, out.path(), &mut |_: Stage| {}).unwrap()
 }
 
 fn analyse(path: &Path) -> (Analysis, Vision, MediaOutput) {

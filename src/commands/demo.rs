@@ -16,7 +16,7 @@ use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
-use crate::contract::{OptimizeRequest, OptimizeResponse, SCHEMA_VERSION, SourceRef};
+use crate::contract::{OptimizeRequest, OptimizeResponse};
 use crate::media::sniff::{self, Sniffed};
 use crate::storage::LocalStorage;
 use crate::worker;
@@ -63,18 +63,14 @@ pub async fn run(mut settings: Settings, dir: PathBuf) -> anyhow::Result<()> {
     let mut names = HashMap::new();
     for file in &files {
         let media_id = super::media_id_for(file);
-        let req = OptimizeRequest {
-            schema_version: SCHEMA_VERSION,
-            request_id: format!("demo-{media_id}"),
-            media_id: media_id.clone(),
-            user_id: "demo".to_owned(),
-            source: SourceRef {
-                bucket: UPLOADS.to_owned(),
-                key: file.file_name().unwrap().to_string_lossy().into_owned(),
-            },
-            media_type: None,
-            profile: None,
-        };
+        let key = file.file_name().unwrap().to_string_lossy().into_owned();
+        let req = OptimizeRequest::new(
+            format!("demo-{media_id}"),
+            media_id.clone(),
+            "demo",
+            UPLOADS,
+            key,
+        );
         let payload = serde_json::to_vec(&req)?;
         producer
             .send(

@@ -8,7 +8,7 @@ use futures_util::{StreamExt, stream};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::Settings;
-use crate::contract::{OptimizeRequest, SCHEMA_VERSION, SourceRef};
+use crate::contract::OptimizeRequest;
 use crate::job::JobRunner;
 use crate::storage::LocalStorage;
 use crate::worker;
@@ -53,23 +53,17 @@ pub async fn run(
             let profile = profile.clone();
             async move {
                 let abs = file.canonicalize().unwrap_or(file.clone());
-                let req = OptimizeRequest {
-                    schema_version: SCHEMA_VERSION,
-                    request_id: format!("local-{}", super::media_id_for(&file)),
-                    media_id: super::media_id_for(&file),
-                    user_id: "local".to_owned(),
-                    source: SourceRef {
-                        bucket: SOURCE_BUCKET.to_owned(),
-                        key: abs.to_string_lossy().trim_start_matches('/').to_owned(),
-                    },
-                    media_type: None,
-                    profile: Some(profile),
-                };
-                let job = runner
-                    .services()
-                    .registry
-                    .start(&req.request_id, &req.media_id);
-                (file, runner.run(&req, &job).await)
+                let media_id = super::media_id_for(&file);
+                let key = abs.to_string_lossy().trim_start_matches('/').to_owned();
+                let req = OptimizeRequest::new(
+                    format!("local-{media_id}"),
+                    media_id,
+                    "local",
+                    SOURCE_BUCKET,
+                    key,
+                )
+                .with_profile(&profile);
+                (file, runner.run_registered(&req).await)
             }
         })
         .buffer_unordered(pool);

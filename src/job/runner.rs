@@ -47,6 +47,12 @@ impl JobRunner {
         &self.svc
     }
 
+    /// Registers the job in the registry and runs it (for callers without a Kafka message).
+    pub async fn run_registered(&self, req: &OptimizeRequest) -> OptimizeResponse {
+        let job = self.svc.registry.start(&req.request_id, &req.media_id);
+        self.run(req, &job).await
+    }
+
     /// Runs a request to its final response. Never fails: a failure is a response too.
     pub async fn run(&self, req: &OptimizeRequest, job: &JobHandle) -> OptimizeResponse {
         let started = Instant::now();

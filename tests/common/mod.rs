@@ -11,7 +11,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use aws_sdk_s3::Client as S3Client;
-use media_worker::contract::{OptimizeRequest, OptimizeResponse, SCHEMA_VERSION, SourceRef};
+use media_worker::contract::{OptimizeRequest, OptimizeResponse};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -372,18 +372,13 @@ impl Stack {
 }
 
 pub fn request(media_id: &str, source_key: &str) -> OptimizeRequest {
-    OptimizeRequest {
-        schema_version: SCHEMA_VERSION,
-        request_id: format!("req-{media_id}"),
-        media_id: media_id.to_owned(),
-        user_id: "user-1".to_owned(),
-        source: SourceRef {
-            bucket: SOURCE_BUCKET.to_owned(),
-            key: source_key.to_owned(),
-        },
-        media_type: None,
-        profile: None,
-    }
+    OptimizeRequest::new(
+        format!("req-{media_id}"),
+        media_id.to_owned(),
+        "user-1",
+        SOURCE_BUCKET,
+        source_key.to_owned(),
+    )
 }
 
 /// A response as read from Kafka.
