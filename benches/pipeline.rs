@@ -61,8 +61,9 @@ fn main() {
     let photos = corpus_photos(&corpus);
     let out = tempfile::tempdir().unwrap();
 
-    let mut settings =
-        Settings::load_from(None, vec![("WORKER_POOL_SIZE".into(), pool.clone())]).unwrap();
+    // The environment applies as for the worker (FACE_CASCADE, VIPS_THREADS, ...).
+    let env = std::env::vars().chain([("WORKER_POOL_SIZE".to_owned(), pool.clone())]);
+    let mut settings = Settings::load_from(None, env).unwrap();
     settings.worker.tmp_dir = out.path().join("scratch");
     // `--analysis off`: the same profile without OpenCV, to measure what analysis costs.
     let analysis = arg("--analysis", "profile");
