@@ -21,6 +21,7 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("KAFKA_RESPONSE_TOPIC", "kafka.response_topic"),
     ("KAFKA_COMMIT_INTERVAL_MS", "kafka.commit_interval_ms"),
     ("MAX_IN_FLIGHT", "kafka.max_in_flight"),
+    ("REVOKE_DRAIN_SECS", "kafka.revoke_drain_secs"),
     ("OUTPUT_BUCKET", "storage.output_bucket"),
     ("S3_FORCE_PATH_STYLE", "storage.force_path_style"),
     ("S3_TIMEOUT_SECS", "storage.timeout_secs"),
@@ -82,6 +83,8 @@ pub struct KafkaSettings {
     pub response_topic: String,
     pub commit_interval_ms: u64,
     pub max_in_flight: usize,
+    /// On revoke, how long to wait for the revoked partitions' jobs before letting them go.
+    pub revoke_drain_secs: u64,
     #[serde(default)]
     pub properties: BTreeMap<String, PropertyValue>,
 }

@@ -22,9 +22,6 @@ use crate::telemetry::Metrics;
 use crate::telemetry::http::{self, HttpState};
 use crate::telemetry::tracecontext::child_traceparent;
 
-/// How long a revoke waits for the revoked partitions' jobs.
-const REVOKE_DRAIN: Duration = Duration::from_secs(10);
-
 /// Everything a message task needs.
 struct Ctx {
     runner: JobRunner,
@@ -87,8 +84,7 @@ pub async fn run(
         let _ = tx.send(addr);
     }
 
-    let (source, acker, mut deliveries) =
-        KafkaSource::start(&settings, svc.metrics.clone(), REVOKE_DRAIN)?;
+    let (source, acker, mut deliveries) = KafkaSource::start(&settings, svc.metrics.clone())?;
     let publisher = Publisher::new(&settings.kafka, svc.metrics.clone())?;
     let ctx = Arc::new(Ctx {
         runner: JobRunner::new(svc.clone()),

@@ -613,3 +613,82 @@ async fn media_time_limit_answers_timeout() {
         (Stage::Transform, false, 1)
     );
 }
+
+/// Reads one sample of a metric from the worker's /metrics.
+fn metric(worker: &Worker, line_start: &str) -> Option<f64> {
+    let (_, text) = worker.http_get("/metrics")?;
+    text.lines()
+        .find(|l| l.starts_with(line_start))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
+}
+
+/// At MAX_IN_FLIGHT unfinished messages the consumer pauses (and keeps polling); it resumes
+/// below the low-water mark, and every request is answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flow_control_pauses_at_the_in_flight_bound() {
+    let stack = Stack::start(1).await;
+    let mut env = stack.worker_env("g-flow");
+    env.insert("WORKER_POOL_SIZE".into(), "1".into());
+    env.insert("MAX_IN_FLIGHT".into(), "2".into());
+    let worker = Worker::start(&env);
+    worker.wait_ready();
+    let responses = stack.responses();
+    stack.upload_corpus("rails_racecar.jpg").await;
+    for i in 0..8 {
+        stack
+            .send(&request(&format!("flow-{i}"), "rails_racecar.jpg"))
+            .await;
+    }
+    wait_for("consumer paused", MINUTE, || {
+        (metric(&worker, "media_worker_kafka_paused ")? == 1.0).then_some(())
+    });
+    assert!(
+        worker.jobs().len() <= 2,
+        "never more than MAX_IN_FLIGHT jobs: {:?}",
+        worker.jobs()
+    );
+    let got = by_media_id(responses.take(8, 5 * MINUTE));
+    assert_eq!(got.len(), 8, "each request answered once");
+    assert!(got.values().all(|r| r.body.status == Status::Completed));
+    wait_for("resumed", MINUTE, || {
+        (metric(&worker, "media_worker_kafka_paused ")? == 0.0).then_some(())
+    });
+}
+
+/// A job far longer than max.poll.interval.ms does not cost the member its partitions: the poll
+/// loop never waits on jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_job_keeps_group_membership() {
+    let stack = Stack::start(1).await;
+    let (_dir, config) = slow_profile_config();
+    let mut env = stack.worker_env("g-long");
+    env.insert("MEDIA_WORKER_CONFIG".into(), config.display().to_string());
+    env.insert("KAFKA_PROPERTY_MAX_POLL_INTERVAL_MS".into(), "6000".into());
+    let worker = Worker::start(&env);
+    worker.wait_ready();
+    let responses = stack.responses();
+    stack.upload_corpus("imageio_meadow_cube.jpg").await;
+    let mut slow = request("long", "imageio_meadow_cube.jpg");
+    slow.profile = Some("slow".into());
+    let started = std::time::Instant::now();
+    stack.send(&slow).await;
+    let r = responses.take(1, 5 * MINUTE).remove(0).body;
+    assert_eq!(r.status, Status::Completed);
+    assert!(
+        started.elapsed() > Duration::from_secs(6),
+        "the job outlasted max.poll.interval.ms"
+    );
+    let revokes = metric(
+        &worker,
+        "media_worker_kafka_rebalances_total{kind=\"revoke\"}",
+    )
+    .unwrap_or(0.0);
+    assert_eq!(revokes, 0.0, "no eviction, no revoke");
+    assert!(
+        responses.next(Duration::from_secs(3)).is_none(),
+        "processed once, not redelivered"
+    );
+}

@@ -235,7 +235,6 @@ impl KafkaSource {
     pub fn start(
         settings: &Settings,
         metrics: Arc<Metrics>,
-        revoke_drain: Duration,
     ) -> KafkaResult<(KafkaSource, Acker, UnboundedReceiver<Delivery>)> {
         let (cmd_tx, cmd_rx) = std::sync::mpsc::channel();
         let (ev_tx, ev_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -248,7 +247,7 @@ impl KafkaSource {
                 paused: false,
             }),
             metrics,
-            revoke_drain,
+            revoke_drain: Duration::from_secs(settings.kafka.revoke_drain_secs),
         };
         let consumer: BaseConsumer<SourceContext> =
             super::consumer_config(&settings.kafka).create_with_context(context)?;
