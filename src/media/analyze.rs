@@ -63,7 +63,8 @@ fn see(probe: &Probe, rgb: &Rgb, work: &Image, cfg: &AnalysisSettings) -> vision
     let t = std::time::Instant::now();
     let sx = probe.width as f64 / rgb.width as f64;
     let sy = probe.height as f64 / rgb.height as f64;
-    let faces: Vec<Rect> = vision::faces(rgb, cfg)?
+    let gray = rgb.gray()?;
+    let faces: Vec<Rect> = vision::faces(&gray, cfg)?
         .iter()
         .map(|r| Rect {
             x: (r.x as f64 * sx).round() as u32,
@@ -76,7 +77,7 @@ fn see(probe: &Probe, rgb: &Rgb, work: &Image, cfg: &AnalysisSettings) -> vision
     let focal_point = match focal_of_faces(&faces) {
         Some(p) => p,
         None => {
-            let (fx, fy) = vision::attention(rgb)?;
+            let (fx, fy) = vision::attention(&gray)?;
             Point {
                 x: (fx * probe.width as f64) as u32,
                 y: (fy * probe.height as f64) as u32,
@@ -84,7 +85,7 @@ fn see(probe: &Probe, rgb: &Rgb, work: &Image, cfg: &AnalysisSettings) -> vision
         }
     };
     let t_focal = t.elapsed();
-    let blur_score = vision::blur_score(rgb, cfg.blur_side as i32)?;
+    let blur_score = vision::blur_score(&gray, cfg.blur_side as i32)?;
     let t_blur = t.elapsed();
     let phash = vision::phash(rgb)?;
     let t_phash = t.elapsed();

@@ -30,7 +30,8 @@ impl Rgb<'_> {
         )
     }
 
-    fn gray(&self) -> CvResult<Mat> {
+    /// The grey version every detector below works on (computed once per image).
+    pub fn gray(&self) -> CvResult<Mat> {
         let mut gray = Mat::default();
         imgproc::cvt_color_def(&self.mat()?, &mut gray, imgproc::COLOR_RGB2GRAY)?;
         Ok(gray)
@@ -131,10 +132,10 @@ const WINDOW: f64 = 20.0;
 /// are enlarged as much as their small faces need (at most 3x), large ones shrunk, and every
 /// image costs about the same. The profile cascade, which has more false positives, runs only
 /// where frontal faces were found (`profile_min_faces`): turned heads in a group.
-pub fn faces(img: &Rgb, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
-    let gray = img.gray()?;
-    let short = img.width.min(img.height) as f64;
+pub fn faces(gray: &Mat, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
+    let short = gray.cols().min(gray.rows()) as f64;
     let scale = (WINDOW / (cfg.min_face_ratio * short)).min(3.0);
+    let resized;
     let sized = if (scale - 1.0).abs() < 0.01 {
         gray
     } else {
@@ -144,11 +145,12 @@ pub fn faces(img: &Rgb, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
             imgproc::INTER_AREA
         };
         let mut out = Mat::default();
-        imgproc::resize(&gray, &mut out, Size::new(0, 0), scale, scale, interp)?;
-        out
+        imgproc::resize(gray, &mut out, Size::new(0, 0), scale, scale, interp)?;
+        resized = out;
+        &resized
     };
     let mut eq = Mat::default();
-    imgproc::equalize_hist(&sized, &mut eq)?;
+    imgproc::equalize_hist(sized, &mut eq)?;
     let detect = |path: &Path| -> CvResult<Vec<Rect>> {
         let mut v = Vector::<Rect>::new();
         with_cascade(path, |c| {
@@ -177,8 +179,8 @@ pub fn faces(img: &Rgb, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
 }
 
 /// Variance of the Laplacian of the grey image fitted to `side` px: higher is sharper.
-pub fn blur_score(img: &Rgb, side: i32) -> CvResult<f64> {
-    let gray = fit(&img.gray()?, side)?;
+pub fn blur_score(gray: &Mat, side: i32) -> CvResult<f64> {
+    let gray = fit(gray, side)?;
     let mut lap = Mat::default();
     imgproc::laplacian_def(&gray, &mut lap, opencv::core::CV_64F)?;
     let (mut mean, mut dev) = (Mat::default(), Mat::default());
@@ -201,8 +203,8 @@ pub fn phash(img: &Rgb) -> CvResult<String> {
 
 /// Where the eye goes when there are no faces: the centroid of the strongest edges (top 10 %
 /// of Sobel gradient energy on a 256 px grey copy), as fractions of width and height.
-pub fn attention(img: &Rgb) -> CvResult<(f64, f64)> {
-    let gray = fit(&img.gray()?, 256)?;
+pub fn attention(gray: &Mat) -> CvResult<(f64, f64)> {
+    let gray = fit(gray, 256)?;
     let mut smooth = Mat::default();
     imgproc::gaussian_blur_def(&gray, &mut smooth, Size::new(5, 5), 0.0)?;
     let (mut gx, mut gy) = (Mat::default(), Mat::default());

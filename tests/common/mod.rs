@@ -82,6 +82,14 @@ fn kill(child: &mut Child, signal: i32) {
     unsafe { libc::kill(child.id() as i32, signal) };
 }
 
+/// Kills and reaps a server, if running.
+fn stop_child(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        kill(&mut c, libc::SIGKILL);
+        let _ = c.wait();
+    }
+}
+
 /// tansu with sqlite storage in its own directory.
 pub struct Broker {
     pub port: u16,
@@ -124,10 +132,7 @@ impl Broker {
     }
 
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            kill(&mut c, libc::SIGKILL);
-            let _ = c.wait();
-        }
+        stop_child(&mut self.child);
     }
 
     pub fn create_topic(&self, name: &str, partitions: u32) {
@@ -188,10 +193,7 @@ impl S3 {
     }
 
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            kill(&mut c, libc::SIGKILL);
-            let _ = c.wait();
-        }
+        stop_child(&mut self.child);
     }
 
     pub async fn client(&self) -> S3Client {
