@@ -23,6 +23,7 @@ pub fn basic(probe: &Probe) -> Analysis {
 
 /// Full analysis. An error here degrades the job; it never fails it.
 pub fn run(probe: &Probe, decoded: &Image, cfg: &AnalysisSettings) -> Result<Analysis, String> {
+    let start = std::time::Instant::now();
     let copy = working_copy(decoded, cfg.max_side).map_err(|e| e.to_string())?;
     let work = copy.as_ref().unwrap_or(decoded);
     let pixels = work.to_bytes().map_err(|e| e.to_string())?;
@@ -31,7 +32,13 @@ pub fn run(probe: &Probe, decoded: &Image, cfg: &AnalysisSettings) -> Result<Ana
         height: work.height(),
         data: &pixels,
     };
+    let prepare = start.elapsed();
     let vision = see(probe, &rgb, work, cfg).map_err(|e| format!("opencv: {e}"))?;
+    tracing::debug!(
+        prepare_ms = prepare.as_millis() as u64,
+        total_ms = start.elapsed().as_millis() as u64,
+        "analysis"
+    );
     Ok(Analysis {
         vision: Some(vision),
         ..basic(probe)

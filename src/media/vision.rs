@@ -122,19 +122,22 @@ pub fn init() {
     let _ = opencv::core::set_num_threads(1);
 }
 
-/// The cascades' detection window: nothing smaller is found.
-const WINDOW: f64 = 20.0;
+/// A cascade's detection window (20 px for Haar, 24 or 45 for LBP): nothing smaller is found.
+fn window(path: &Path) -> CvResult<Size> {
+    with_cascade(path, |c| c.get_original_window_size())
+}
 
 /// Face boxes in the image's own pixel coordinates.
 ///
 /// The search runs on one grey copy scaled so that the smallest face of interest
-/// (`min_face_ratio` of the shorter side) just fills the cascade's 20 px window: small images
+/// (`min_face_ratio` of the shorter side) just fills the frontal cascade's window: small images
 /// are enlarged as much as their small faces need (at most 3x), large ones shrunk, and every
 /// image costs about the same. The profile cascade, which has more false positives, runs only
 /// where frontal faces were found (`profile_min_faces`): turned heads in a group.
 pub fn faces(gray: &Mat, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
     let short = gray.cols().min(gray.rows()) as f64;
-    let scale = (WINDOW / (cfg.min_face_ratio * short)).min(3.0);
+    let win = window(&cfg.face_cascade)?;
+    let scale = (win.width.max(win.height) as f64 / (cfg.min_face_ratio * short)).min(3.0);
     let resized;
     let sized = if (scale - 1.0).abs() < 0.01 {
         gray
@@ -153,6 +156,7 @@ pub fn faces(gray: &Mat, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
     imgproc::equalize_hist(sized, &mut eq)?;
     let detect = |path: &Path| -> CvResult<Vec<Rect>> {
         let mut v = Vector::<Rect>::new();
+        let min = window(path)?;
         with_cascade(path, |c| {
             c.detect_multi_scale(
                 &eq,
@@ -160,7 +164,7 @@ pub fn faces(gray: &Mat, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
                 cfg.scale_factor,
                 cfg.min_neighbors,
                 CASCADE_SCALE_IMAGE,
-                Size::new(WINDOW as i32, WINDOW as i32),
+                min,
                 Size::new(0, 0),
             )
         })?;
