@@ -35,6 +35,12 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("MEDIA_TIMEOUT_SECS", "worker.media_timeout_secs"),
     ("MAX_INPUT_BYTES", "limits.max_input_bytes"),
     ("MAX_IMAGE_PIXELS", "limits.max_image_pixels"),
+    ("MAX_VIDEO_SECONDS", "limits.max_video_seconds"),
+    ("MAX_VIDEO_PIXELS", "limits.max_video_pixels"),
+    ("FFMPEG_THREADS", "video.threads"),
+    ("FFMPEG_PRESET", "video.preset"),
+    ("VIDEO_TIMEOUT_BASE_SECS", "video.timeout_base_secs"),
+    ("VIDEO_TIMEOUT_PER_SECOND", "video.timeout_per_second"),
     ("HTTP_ADDR", "http.addr"),
     ("FACE_CASCADE", "analysis.face_cascade"),
     ("PROFILE_FACE_CASCADE", "analysis.profile_cascade"),
@@ -54,6 +60,9 @@ const STRING_KEYS: &[&str] = &[
     "http.addr",
     "analysis.face_cascade",
     "analysis.profile_cascade",
+    "video.preset",
+    "video.ffmpeg",
+    "video.ffprobe",
 ];
 
 /// Prefix of environment variables passed to librdkafka: `KAFKA_PROPERTY_SESSION_TIMEOUT_MS`
@@ -68,6 +77,7 @@ pub struct Settings {
     pub worker: WorkerSettings,
     pub limits: Limits,
     pub analysis: AnalysisSettings,
+    pub video: VideoSettings,
     pub http: HttpSettings,
     pub profiles: BTreeMap<String, Profile>,
 }
@@ -140,6 +150,30 @@ pub struct WorkerSettings {
 pub struct Limits {
     pub max_input_bytes: u64,
     pub max_image_pixels: u64,
+    /// Longer videos are rejected (`limits_exceeded`) before transcoding.
+    pub max_video_seconds: u64,
+    /// Larger frames (width x height as displayed) are rejected before transcoding.
+    pub max_video_pixels: u64,
+}
+
+/// FFmpeg (see `media::video`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VideoSettings {
+    pub ffmpeg: PathBuf,
+    pub ffprobe: PathBuf,
+    /// ffmpeg threads per job; 0 = cores / pool size (at least 1), so that pool x threads is
+    /// about the core count. A video job holds one pool permit, like an image job.
+    pub threads: usize,
+    /// libx264 preset.
+    pub preset: String,
+    pub audio_bitrate_kbps: u32,
+    /// Each ffmpeg run may take `timeout_base_secs + timeout_per_second x duration` (the
+    /// duration is `limits.max_video_seconds` when the container does not say).
+    pub timeout_base_secs: u64,
+    pub timeout_per_second: f64,
+    /// Frames considered for the poster, spread over the video.
+    pub poster_candidates: u32,
 }
 
 /// OpenCV analysis (see `media::vision`).
@@ -182,6 +216,38 @@ pub struct Profile {
     /// A `thumbnail` output cropped around the focal point (cover), in every format.
     #[serde(default)]
     pub thumbnail: Option<ThumbnailSpec>,
+    /// Video renditions, only those not taller than the source (see `media::video`).
+    #[serde(default = "default_renditions")]
+    pub renditions: Vec<Rendition>,
+    /// A poster frame sent through the image outputs above.
+    #[serde(default = "yes")]
+    pub poster: bool,
+}
+
+/// One rung of the video ladder: `height` is the shorter displayed side (720 = 720p, also for
+/// a portrait video, which becomes 720x1280).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rendition {
+    pub height: u32,
+    pub crf: u8,
+}
+
+fn default_renditions() -> Vec<Rendition> {
+    vec![
+        Rendition {
+            height: 720,
+            crf: 23,
+        },
+        Rendition {
+            height: 480,
+            crf: 26,
+        },
+    ]
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -372,6 +438,28 @@ impl Settings {
         if self.storage.output_bucket.trim().is_empty() {
             return invalid("storage.output_bucket", "must not be empty");
         }
+        for (name, p) in &self.profiles {
+            if p.renditions.is_empty()
+                || p.renditions
+                    .iter()
+                    .any(|r| r.height < 16 || r.height > 4320 || r.crf > 51)
+            {
+                return invalid(
+                    &format!("profiles.{name}.renditions"),
+                    "need at least one, height 16-4320, crf 0-51",
+                );
+            }
+        }
+        let v = &self.video;
+        if v.timeout_base_secs == 0 || v.timeout_per_second <= 0.0 || v.poster_candidates == 0 {
+            return invalid(
+                "video",
+                "timeout_base_secs, timeout_per_second and poster_candidates must be positive",
+            );
+        }
+        if self.limits.max_video_seconds == 0 || self.limits.max_video_pixels == 0 {
+            return invalid("limits", "limits must be positive");
+        }
         if self.limits.max_input_bytes == 0 || self.limits.max_image_pixels == 0 {
             return invalid("limits", "limits must be positive");
         }
@@ -391,6 +479,15 @@ impl Settings {
                 .map(|n| n.get())
                 .unwrap_or(1)
         }
+    }
+
+    /// ffmpeg threads per video job (`video.threads`, or cores / pool size).
+    pub fn ffmpeg_threads(&self) -> usize {
+        if self.video.threads > 0 {
+            return self.video.threads;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / self.pool_size()).max(1)
     }
 
     /// Messages dispatched but unfinished before the consumer pauses.

@@ -104,11 +104,12 @@ pub struct SourceInfo {
 /// One object written by the job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Output {
-    /// `variant` (a resized copy) or `thumbnail` (a crop around the focal point).
+    /// `variant` (a resized copy), `thumbnail` (a crop around the focal point), `rendition`
+    /// (a video transcode) or `poster` (an image output of a video's poster frame).
     pub role: String,
     pub bucket: String,
     pub key: String,
-    /// `webp`, `jpeg` or `avif`.
+    /// `webp`, `jpeg`, `avif` or `mp4`.
     pub format: String,
     pub content_type: String,
     pub width: u32,
@@ -117,11 +118,62 @@ pub struct Output {
     /// For a thumbnail: the part of the upright source it shows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crop: Option<Rect>,
+    /// For a rendition: its duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
 }
 
-/// What the worker learnt about an image (null for the `variants` profile).
+/// What the worker learnt about the input: an image (null for the `variants` profile) or a
+/// video.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Analysis {
+#[serde(untagged)]
+pub enum Analysis {
+    Image(ImageAnalysis),
+    Video(VideoAnalysis),
+}
+
+impl Analysis {
+    pub fn image(&self) -> Option<&ImageAnalysis> {
+        match self {
+            Self::Image(a) => Some(a),
+            Self::Video(_) => None,
+        }
+    }
+    pub fn video(&self) -> Option<&VideoAnalysis> {
+        match self {
+            Self::Video(v) => Some(v),
+            Self::Image(_) => None,
+        }
+    }
+}
+
+/// What ffprobe says about a video.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct VideoAnalysis {
+    /// Absent when neither the stream nor the container says (some WebM).
+    pub duration_ms: Option<u64>,
+    /// As displayed (rotation applied).
+    pub width: u32,
+    pub height: u32,
+    pub fps: Option<f64>,
+    /// ffprobe codec names (`h264`, `hevc`, `vp9`, ...).
+    pub video_codec: String,
+    pub audio_codec: Option<String>,
+    pub has_audio: bool,
+    /// Bits per second of the whole file.
+    pub bitrate: Option<u64>,
+    /// Display rotation of the source in degrees, applied to every output.
+    pub rotation: i32,
+    /// HDR transfer (PQ or HLG): outputs are tone-mapped to SDR.
+    pub hdr: bool,
+    /// Where the poster frame was taken; absent without a poster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poster_time_ms: Option<u64>,
+}
+
+/// What the worker learnt about an image.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ImageAnalysis {
     /// Upright width in pixels.
     pub width: u32,
     /// Upright height in pixels.

@@ -78,6 +78,7 @@ impl JobError {
                 MediaError::LimitsExceeded(_) => ErrorCode::LimitsExceeded,
                 MediaError::Transform(_) => ErrorCode::TransformFailed,
                 MediaError::Io(_) | MediaError::Crashed(_) => ErrorCode::Internal,
+                MediaError::Timeout(_) => ErrorCode::Timeout,
             },
             Self::Timeout(_) => ErrorCode::Timeout,
             Self::Internal(_) => ErrorCode::Internal,

@@ -128,6 +128,12 @@ pub async fn run(
             "shutdown deadline reached, abandoning jobs"
         );
         ctx.abandon.cancel();
+        // Native work cannot be abandoned like a task: kill the ffmpeg children now, so none
+        // outlives the worker.
+        let killed = ctx.runner.abort_all();
+        if killed > 0 {
+            tracing::warn!(killed, "ffmpeg processes killed");
+        }
         Exit::Abandoned(left)
     };
     tokio::task::spawn_blocking(move || source.close()).await?;

@@ -4,10 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use media_worker::config::Settings;
-use media_worker::contract::{Analysis, Rect, Vision};
-use media_worker::job::Stage;
+use media_worker::contract::{ImageAnalysis, Rect, Vision};
 use media_worker::media::vips::Image;
-use media_worker::media::{self, MediaJob, MediaOutput};
+use media_worker::media::{self, Control, MediaJob, MediaOutput};
 
 fn corpus(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -22,19 +21,19 @@ fn settings() -> Settings {
 fn run_with(settings: &Settings, path: &Path) -> MediaOutput {
     let out = tempfile::tempdir().unwrap();
     media::vips::init(1);
-    let job = MediaJob {
-        profile: settings.profiles["default"].clone(),
-        limits: settings.limits.clone(),
-        analysis: settings.analysis.clone(),
-        hint: None,
-    };
+    let job = MediaJob::new(settings, "default", None);
     // Only the metadata of the produced files is inspected; the directory goes with `out`.
-    media::process(&job, path, out.path(), &mut |_: Stage| {}).unwrap()
+    media::process(&job, path, out.path(), &mut Control::new(&mut |_| {})).unwrap()
 }
 
-fn analyse(path: &Path) -> (Analysis, Vision, MediaOutput) {
+fn image_analysis(out: &MediaOutput) -> ImageAnalysis {
+    let a = out.analysis.as_ref().expect("default profile analyses");
+    a.image().expect("an image").clone()
+}
+
+fn analyse(path: &Path) -> (ImageAnalysis, Vision, MediaOutput) {
     let out = run_with(&settings(), path);
-    let a = out.analysis.clone().expect("default profile analyses");
+    let a = image_analysis(&out);
     let v = a
         .vision
         .clone()
@@ -229,7 +228,7 @@ fn analysis_failure_degrades_instead_of_failing() {
     let out = run_with(&s, &corpus("face_recognition_obama.jpg"));
     assert_eq!(out.warnings.len(), 1);
     assert_eq!(out.warnings[0].code, "analysis_failed");
-    let a = out.analysis.expect("header facts still reported");
+    let a = image_analysis(&out);
     assert!(a.vision.is_none());
     assert!(
         out.files.iter().filter(|f| f.role == "variant").count() >= 4,

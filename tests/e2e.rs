@@ -99,7 +99,8 @@ async fn corpus_images_become_decodable_variants() {
             r.request_id.as_deref(),
             Some(format!("req-photo-{i}").as_str())
         );
-        let a = r.analysis.as_ref().expect("default profile analyses");
+        let a = r.analysis.as_ref().and_then(|a| a.image());
+        let a = a.expect("default profile analyses an image");
         let v = a.vision.as_ref().expect("OpenCV analysis");
         assert_eq!(v.phash.len(), 16, "{name}");
         let variants: Vec<_> = r.outputs.iter().filter(|o| o.role == "variant").collect();

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use crate::config::Settings;
-use crate::media::{analyze, probe, transform, vips};
+use crate::media::{analyze, probe, sniff, transform, vips};
 
 /// (file, expected faces) from a manifest.
 pub fn expectations(manifest: &str) -> Vec<(String, u32)> {
@@ -35,7 +35,11 @@ pub fn expectations(manifest: &str) -> Vec<(String, u32)> {
 
 /// Faces found in one file, with the worker's own decode and analysis.
 pub fn count_faces(settings: &Settings, path: &Path) -> Result<u32, String> {
-    let probe = probe::run(path, &settings.limits).map_err(|e| e.to_string())?;
+    let format = match sniff::sniff_file(path).map_err(|e| e.to_string())? {
+        sniff::Sniffed::Image(f) => f,
+        other => return Err(format!("not an image: {other:?}")),
+    };
+    let probe = probe::run(path, format, &settings.limits).map_err(|e| e.to_string())?;
     let profile = &settings.profiles["default"];
     let width = transform::decode_width(&probe, profile, Some(settings.analysis.max_side));
     let decoded = transform::decode(path, width).map_err(|e| e.to_string())?;

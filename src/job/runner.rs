@@ -1,13 +1,16 @@
 //! Runs one validated request to its response: attempts, retries, stages.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
+use tokio::task::{JoinError, JoinHandle};
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
 use crate::contract::{OptimizeRequest, OptimizeResponse, WorkerInfo};
-use crate::media::{self, MediaJob};
+use crate::media::{self, Control, Event, MediaJob};
 use crate::stages::{download, upload};
 use crate::storage::Storage;
 use crate::telemetry::Metrics;
@@ -31,6 +34,8 @@ pub struct JobRunner {
     svc: Services,
     /// One permit per concurrent job (cores by default).
     pool: Arc<Semaphore>,
+    /// Parent of every job's cancel token (see `abort_all`).
+    abort: CancellationToken,
 }
 
 impl JobRunner {
@@ -39,8 +44,16 @@ impl JobRunner {
         svc.metrics.pool_size.set(size as i64);
         JobRunner {
             pool: Arc::new(Semaphore::new(size)),
+            abort: CancellationToken::new(),
             svc,
         }
+    }
+
+    /// Stops all native work that can be stopped, now: every job's ffmpeg is killed (for a
+    /// shutdown past its deadline, so that no child outlives the worker).
+    pub fn abort_all(&self) -> usize {
+        self.abort.cancel();
+        media::video::kill_all()
     }
 
     pub fn services(&self) -> &Services {
@@ -105,13 +118,8 @@ impl JobRunner {
 
         // probe → analyze → transform: native code, off the async runtime's threads, behind
         // the one narrow function `media::process`.
-        let profile_name = req.profile.clone().unwrap_or_else(|| "default".to_owned());
-        let spec = MediaJob {
-            profile: svc.settings.profiles[&profile_name].clone(),
-            limits: svc.settings.limits.clone(),
-            analysis: svc.settings.analysis.clone(),
-            hint: req.media_type,
-        };
+        let profile = req.profile.as_deref().unwrap_or("default");
+        let spec = MediaJob::new(&svc.settings, profile, req.media_type);
         let (input, out_dir) = (scratch.source(), scratch.out_dir());
         let (handle, metrics) = (job.clone(), svc.metrics.clone());
         // A pool permit is one core: held for the native work only, so downloads and uploads
@@ -125,31 +133,48 @@ impl JobRunner {
             .acquire_owned()
             .await
             .expect("pool is never closed");
-        let limit = Duration::from_secs(svc.settings.worker.media_timeout_secs);
+        // The time limit: MEDIA_TIMEOUT_SECS, or what the media code announces once it knows
+        // (a video's limit follows its duration). When it passes, `cancel` kills any ffmpeg.
+        let limit = Arc::new(AtomicU64::new(
+            svc.settings.worker.media_timeout_secs * 1000,
+        ));
+        let cancel = self.abort.child_token();
+        let (announced, token) = (limit.clone(), cancel.clone());
+        let started = Instant::now();
         let native = tokio::task::spawn_blocking(move || {
             let _permit = permit;
             let _busy = metrics.busy_permit();
             let mut current: Option<(Stage, Instant)> = None;
-            let mut on_stage = |stage: Stage| {
-                if let Some((s, t)) = current.replace((stage, Instant::now())) {
-                    metrics.observe_stage(s, t.elapsed());
+            let mut on_event = |event: Event| match event {
+                Event::Stage(stage) => {
+                    if let Some((s, t)) = current.replace((stage, Instant::now())) {
+                        metrics.observe_stage(s, t.elapsed());
+                    }
+                    handle.stage(stage);
                 }
-                handle.stage(stage);
+                Event::Progress(p) => handle.progress(p),
+                Event::Encoded(d) => metrics.video_encoded_seconds.inc_by(d.as_secs_f64()),
+                Event::TimeLimit(d) => announced.store(d.as_millis() as u64, Ordering::Relaxed),
             };
-            let r = media::process(&spec, &input, &out_dir, &mut on_stage);
+            let mut ctl = Control {
+                cancel: token,
+                on_event: &mut on_event,
+            };
+            let r = media::process(&spec, &input, &out_dir, &mut ctl);
             if let Some((s, t)) = current {
                 metrics.observe_stage(s, t.elapsed());
             }
             r
         });
-        let media = match tokio::time::timeout(limit, native).await {
+        let media = match until_limit(native, started, &limit).await {
             Ok(Ok(Ok(m))) => m,
             Ok(Ok(Err(f))) => return Err((Failure::at(f.stage)(f.error), Some(source))),
             Ok(Err(join)) => {
                 let e = media::MediaError::Crashed(format!("media task failed: {join}"));
                 return Err((Failure::at(Stage::Transform)(e), Some(source)));
             }
-            Err(_) => {
+            Err(limit) => {
+                cancel.cancel();
                 let e = crate::error::JobError::Timeout(limit);
                 return Err((
                     Failure {
@@ -191,5 +216,25 @@ impl JobRunner {
         let r = fut.await.map_err(Failure::at(stage));
         self.svc.metrics.observe_stage(stage, t.elapsed());
         r
+    }
+}
+
+/// Awaits `task` until `limit_ms` (which the task may raise meanwhile) has passed since
+/// `started`; `Err(limit)` when it has.
+async fn until_limit<T>(
+    mut task: JoinHandle<T>,
+    started: Instant,
+    limit_ms: &AtomicU64,
+) -> Result<Result<T, JoinError>, Duration> {
+    loop {
+        let limit = Duration::from_millis(limit_ms.load(Ordering::Relaxed));
+        tokio::select! {
+            r = &mut task => return Ok(r),
+            _ = tokio::time::sleep_until((started + limit).into()) => {
+                if limit_ms.load(Ordering::Relaxed) <= limit.as_millis() as u64 {
+                    return Err(limit);
+                }
+            }
+        }
     }
 }

@@ -5,11 +5,11 @@ use super::Probe;
 use super::vips::Image;
 use super::vision::{self, Rgb};
 use crate::config::AnalysisSettings;
-use crate::contract::{Analysis, Point, Rect, Vision};
+use crate::contract::{ImageAnalysis, Point, Rect, Vision};
 
 /// Header facts only (the `vision` part is absent).
-pub fn basic(probe: &Probe) -> Analysis {
-    Analysis {
+pub fn basic(probe: &Probe) -> ImageAnalysis {
+    ImageAnalysis {
         width: probe.width,
         height: probe.height,
         format: probe.format.name().to_owned(),
@@ -22,7 +22,11 @@ pub fn basic(probe: &Probe) -> Analysis {
 }
 
 /// Full analysis. An error here degrades the job; it never fails it.
-pub fn run(probe: &Probe, decoded: &Image, cfg: &AnalysisSettings) -> Result<Analysis, String> {
+pub fn run(
+    probe: &Probe,
+    decoded: &Image,
+    cfg: &AnalysisSettings,
+) -> Result<ImageAnalysis, String> {
     let start = std::time::Instant::now();
     let copy = working_copy(decoded, cfg.max_side).map_err(|e| e.to_string())?;
     let work = copy.as_ref().unwrap_or(decoded);
@@ -39,7 +43,7 @@ pub fn run(probe: &Probe, decoded: &Image, cfg: &AnalysisSettings) -> Result<Ana
         total_ms = start.elapsed().as_millis() as u64,
         "analysis"
     );
-    Ok(Analysis {
+    Ok(ImageAnalysis {
         vision: Some(vision),
         ..basic(probe)
     })
@@ -116,6 +120,61 @@ fn see(probe: &Probe, rgb: &Rgb, work: &Image, cfg: &AnalysisSettings) -> vision
         dominant_color,
         blurhash,
     })
+}
+
+/// How good a video frame is as a poster.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FrameScore {
+    /// Mean and spread of the grey levels: low for black, fade-out and flat frames.
+    pub brightness: f64,
+    pub contrast: f64,
+    pub sharpness: f64,
+    pub faces: u32,
+}
+
+impl FrameScore {
+    /// Not black, not flat.
+    pub fn usable(&self) -> bool {
+        self.brightness >= 24.0 && self.contrast >= 12.0
+    }
+
+    /// Usable first, then frames with faces (up to three), then the sharpest.
+    pub fn rank(&self, other: &FrameScore) -> std::cmp::Ordering {
+        (self.usable(), self.faces.min(3))
+            .cmp(&(other.usable(), other.faces.min(3)))
+            .then(self.sharpness.total_cmp(&other.sharpness))
+    }
+}
+
+/// Scores a decoded frame; faces are looked for only when `faces` is set.
+pub fn frame_score(
+    decoded: &Image,
+    cfg: &AnalysisSettings,
+    faces: bool,
+) -> Result<FrameScore, String> {
+    let copy = working_copy(decoded, cfg.max_side).map_err(|e| e.to_string())?;
+    let work = copy.as_ref().unwrap_or(decoded);
+    let pixels = work.to_bytes().map_err(|e| e.to_string())?;
+    let rgb = Rgb {
+        width: work.width(),
+        height: work.height(),
+        data: &pixels,
+    };
+    let score = || -> vision::CvResult<FrameScore> {
+        let gray = rgb.gray()?;
+        let (brightness, contrast) = vision::brightness(&gray)?;
+        Ok(FrameScore {
+            brightness,
+            contrast,
+            sharpness: vision::blur_score(&gray, cfg.blur_side as i32)?,
+            faces: if faces {
+                vision::faces(&gray, cfg)?.len() as u32
+            } else {
+                0
+            },
+        })
+    };
+    score().map_err(|e| format!("opencv: {e}"))
 }
 
 /// Centre of the faces, weighted by area.

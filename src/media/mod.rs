@@ -6,14 +6,19 @@ pub mod analyze;
 pub mod probe;
 pub mod sniff;
 pub mod transform;
+pub mod video;
 pub mod vips;
 pub mod vision;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use crate::config::{AnalysisSettings, Limits, OutputFormat, Profile};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{AnalysisSettings, Limits, OutputFormat, Profile, Settings, VideoSettings};
 use crate::contract::{Analysis, MediaType, Warning};
 use crate::job::Stage;
+use sniff::Sniffed;
 
 pub use probe::Probe;
 
@@ -31,6 +36,8 @@ pub enum MediaError {
     Io(String),
     #[error("media processing crashed: {0}")]
     Crashed(String),
+    #[error("media processing exceeded its {0:?} limit")]
+    Timeout(Duration),
 }
 
 impl From<std::io::Error> for MediaError {
@@ -56,8 +63,25 @@ pub struct MediaJob {
     pub profile: Profile,
     pub limits: Limits,
     pub analysis: AnalysisSettings,
+    pub video: VideoSettings,
+    /// ffmpeg `-threads` (see `Settings::ffmpeg_threads`).
+    pub ffmpeg_threads: usize,
     /// The producer's hint; the type is always detected from the bytes.
     pub hint: Option<MediaType>,
+}
+
+impl MediaJob {
+    /// The job for `profile` (which must exist: requests are validated against the profiles).
+    pub fn new(settings: &Settings, profile: &str, hint: Option<MediaType>) -> MediaJob {
+        MediaJob {
+            profile: settings.profiles[profile].clone(),
+            limits: settings.limits.clone(),
+            analysis: settings.analysis.clone(),
+            video: settings.video.clone(),
+            ffmpeg_threads: settings.ffmpeg_threads(),
+            hint,
+        }
+    }
 }
 
 /// One file written to the scratch output directory.
@@ -67,12 +91,69 @@ pub struct ProducedFile {
     pub name: String,
     pub path: PathBuf,
     pub role: &'static str,
-    pub format: OutputFormat,
+    pub format: FileFormat,
     pub width: u32,
     pub height: u32,
     pub size_bytes: u64,
+    /// Video renditions.
+    pub duration_ms: Option<u64>,
     /// Thumbnails: the region of the upright source shown.
     pub crop: Option<crate::contract::Rect>,
+}
+
+/// What a produced file is encoded as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    Image(OutputFormat),
+    /// H.264 + AAC in MP4.
+    Mp4,
+}
+
+impl FileFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Image(f) => f.name(),
+            Self::Mp4 => "mp4",
+        }
+    }
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::Image(f) => f.content_type(),
+            Self::Mp4 => "video/mp4",
+        }
+    }
+}
+
+/// What the caller hears while media work runs, and how it stops it.
+pub struct Control<'a> {
+    /// Cancelled when the job's time is up or the worker gives up on it: a running ffmpeg is
+    /// killed at once (libvips calls cannot be interrupted and run to their end).
+    pub cancel: CancellationToken,
+    pub on_event: &'a mut dyn FnMut(Event),
+}
+
+impl<'a> Control<'a> {
+    pub fn new(on_event: &'a mut dyn FnMut(Event)) -> Self {
+        Control {
+            cancel: CancellationToken::new(),
+            on_event,
+        }
+    }
+    fn emit(&mut self, e: Event) {
+        (self.on_event)(e)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Event {
+    /// A stage starts.
+    Stage(Stage),
+    /// Fraction of the current stage done (video transcodes).
+    Progress(f32),
+    /// Media time encoded since the last report.
+    Encoded(Duration),
+    /// The native work may take this long in all (known for a video once it is probed).
+    TimeLimit(Duration),
 }
 
 #[derive(Debug)]
@@ -83,16 +164,36 @@ pub struct MediaOutput {
     pub warnings: Vec<Warning>,
 }
 
-/// probe → analyze → transform for one input file. `on_stage` is told when each stage starts.
-/// The input is decoded once, at the start of analyze (or of transform, without analysis).
+/// probe → analyze → transform for one input file, image or video (told apart by content).
 pub fn process(
     job: &MediaJob,
     input: &Path,
     out_dir: &Path,
-    on_stage: &mut dyn FnMut(Stage),
+    ctl: &mut Control,
 ) -> Result<MediaOutput, MediaFailure> {
-    on_stage(Stage::Probe);
-    let probe = probe::run(input, &job.limits).map_err(at(Stage::Probe))?;
+    ctl.emit(Event::Stage(Stage::Probe));
+    let unsupported = |m: &str| Err(at(Stage::Probe)(MediaError::Unsupported(m.into())));
+    match sniff::sniff_file(input).map_err(|e| at(Stage::Probe)(e.into()))? {
+        Sniffed::Image(format) => image(job, input, format, out_dir, ctl),
+        Sniffed::Video => video::process(job, input, out_dir, ctl),
+        Sniffed::Svg => unsupported("SVG (vector) input is not accepted"),
+        Sniffed::Empty => Err(at(Stage::Probe)(MediaError::Corrupt(
+            "the file is empty".into(),
+        ))),
+        Sniffed::Unknown => unsupported("not a supported image or video format"),
+    }
+}
+
+/// The image pipeline. The input is decoded once, at the start of analyze (or of transform,
+/// without analysis).
+fn image(
+    job: &MediaJob,
+    input: &Path,
+    format: sniff::ImageFormat,
+    out_dir: &Path,
+    ctl: &mut Control,
+) -> Result<MediaOutput, MediaFailure> {
+    let probe = probe::run(input, format, &job.limits).map_err(at(Stage::Probe))?;
 
     let analyse = job.profile.analysis;
     let first = if analyse {
@@ -100,7 +201,7 @@ pub fn process(
     } else {
         Stage::Transform
     };
-    on_stage(first);
+    ctl.emit(Event::Stage(first));
     let width = transform::decode_width(
         &probe,
         &job.profile,
@@ -112,13 +213,9 @@ pub fn process(
     let analysis = analyse.then(|| {
         // Analysis never fails the job: on error (or a panic in native code) the variants still
         // ship, with a warning.
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            analyze::run(&probe, &decoded, &job.analysis)
-        }));
-        let message = match run {
-            Ok(Ok(a)) => return a,
-            Ok(Err(e)) => e,
-            Err(_) => "analysis panicked".to_owned(),
+        let message = match unwind(|| analyze::run(&probe, &decoded, &job.analysis)) {
+            Ok(a) => return a,
+            Err(e) => e,
         };
         warnings.push(Warning {
             code: "analysis_failed".into(),
@@ -131,13 +228,19 @@ pub fn process(
         .and_then(|a| a.vision.as_ref())
         .map(|v| v.focal_point);
 
-    on_stage(Stage::Transform);
+    ctl.emit(Event::Stage(Stage::Transform));
     let files = transform::run(&decoded, &probe, &job.profile, focal, out_dir)
         .map_err(at(Stage::Transform))?;
     Ok(MediaOutput {
         media_type: MediaType::Image,
         files,
-        analysis,
+        analysis: analysis.map(Analysis::Image),
         warnings,
     })
+}
+
+/// A panic in native code as an error message (for work whose failure degrades the job).
+fn unwind<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err("panicked".to_owned()))
 }

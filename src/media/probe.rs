@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::MediaError;
-use super::sniff::{self, ImageFormat, Sniffed};
+use super::sniff::ImageFormat;
 use super::vips::{self, Image};
 use crate::config::Limits;
 
@@ -20,26 +20,8 @@ pub struct Probe {
     pub frames: u32,
 }
 
-pub fn run(input: &Path, limits: &Limits) -> Result<Probe, MediaError> {
-    let format = match sniff::sniff_file(input)? {
-        Sniffed::Image(f) => f,
-        Sniffed::Video => {
-            return Err(MediaError::Unsupported(
-                "video is not handled by this worker yet".into(),
-            ));
-        }
-        Sniffed::Svg => {
-            return Err(MediaError::Unsupported(
-                "SVG (vector) input is not accepted".into(),
-            ));
-        }
-        Sniffed::Empty => return Err(MediaError::Corrupt("the file is empty".into())),
-        Sniffed::Unknown => {
-            return Err(MediaError::Unsupported(
-                "not a supported image or video format".into(),
-            ));
-        }
-    };
+/// Header facts of an image whose bytes look like `format` (see `sniff`).
+pub fn run(input: &Path, format: ImageFormat, limits: &Limits) -> Result<Probe, MediaError> {
     // libvips sniffs too; both must agree, so a file crafted to look like one format cannot
     // reach another decoder.
     let loader = vips::find_loader(input).map_err(|e| MediaError::Corrupt(e.0))?;

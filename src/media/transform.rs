@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::vips::{Image, VipsError};
-use super::{MediaError, Probe, ProducedFile};
+use super::{FileFormat, MediaError, Probe, ProducedFile};
 use crate::config::{OutputFormat, Profile, ThumbnailSpec};
 use crate::contract::{Point, Rect};
 
@@ -182,7 +182,8 @@ fn encode_all(
             name,
             path,
             role,
-            format: spec.format,
+            format: FileFormat::Image(spec.format),
+            duration_ms: None,
             width: src.width(),
             height: src.height(),
             crop,

@@ -193,6 +193,13 @@ pub fn blur_score(gray: &Mat, side: i32) -> CvResult<f64> {
     Ok(sd * sd)
 }
 
+/// Mean and standard deviation of the grey levels (0-255).
+pub fn brightness(gray: &Mat) -> CvResult<(f64, f64)> {
+    let (mut mean, mut dev) = (Mat::default(), Mat::default());
+    opencv::core::mean_std_dev_def(gray, &mut mean, &mut dev)?;
+    Ok((*mean.at_2d::<f64>(0, 0)?, *dev.at_2d::<f64>(0, 0)?))
+}
+
 /// OpenCV img_hash PHash: 64 bits as 16 hex digits.
 pub fn phash(img: &Rgb) -> CvResult<String> {
     let mut hasher = img_hash::PHash::create()?;

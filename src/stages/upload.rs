@@ -60,5 +60,6 @@ async fn upload_one(
         height: f.height,
         size_bytes: f.size_bytes,
         crop: f.crop,
+        duration_ms: f.duration_ms,
     })
 }

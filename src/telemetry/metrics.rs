@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Counter, Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 
 use crate::job::Stage;
@@ -28,6 +28,7 @@ pub struct Metrics {
     pub bytes_downloaded: IntCounter,
     pub bytes_uploaded: IntCounter,
     pub scratch_free_bytes: IntGauge,
+    pub video_encoded_seconds: Counter,
     pub ready: IntGauge,
 }
 
@@ -104,6 +105,15 @@ impl Metrics {
             scratch_free_bytes: gauge(
                 "scratch_free_bytes",
                 "Free bytes on the scratch file system",
+            ),
+            video_encoded_seconds: reg(
+                &registry,
+                Counter::new(
+                    name("video_encoded_seconds_total"),
+                    "Seconds of video written by ffmpeg (from its progress reports); its rate \
+                     over the busy pool is the encoding speed",
+                )
+                .unwrap(),
             ),
             ready: gauge("ready", "1 when ready to take work"),
             registry,

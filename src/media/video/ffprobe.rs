@@ -1,0 +1,237 @@
+//! Stage 3 for video: what `ffprobe -print_format json` says, and the limits checked before
+//! anything is transcoded.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::child::{self, ChildError};
+use crate::config::{Limits, VideoSettings};
+use crate::media::MediaError;
+
+/// A video's facts, as displayed (rotation applied).
+#[derive(Debug, Clone, PartialEq)]
+pub struct VideoProbe {
+    pub duration: Option<Duration>,
+    pub width: u32,
+    pub height: u32,
+    /// Display rotation in degrees (as ffprobe reports it: -90 for a phone held upright).
+    pub rotation: i32,
+    pub fps: Option<f64>,
+    pub video_codec: String,
+    pub pix_fmt: String,
+    pub audio_codec: Option<String>,
+    pub bitrate: Option<u64>,
+    /// PQ or HLG transfer.
+    pub hdr: bool,
+}
+
+impl VideoProbe {
+    pub fn short_side(&self) -> u32 {
+        self.width.min(self.height)
+    }
+}
+
+/// Runs ffprobe on `input` (under a fixed time limit: it reads headers only).
+pub fn run(
+    settings: &VideoSettings,
+    input: &Path,
+    log: &Path,
+    cancel: &CancellationToken,
+) -> Result<VideoProbe, MediaError> {
+    let mut cmd = Command::new(&settings.ffprobe);
+    cmd.args(["-v", "error", "-print_format", "json"])
+        .args(["-show_format", "-show_streams"])
+        .arg(input);
+    let mut json = String::new();
+    child::run(cmd, log, Duration::from_secs(30), cancel, &mut |l| {
+        json.push_str(l);
+        json.push('\n');
+    })
+    .map_err(|e| match e {
+        ChildError::Failed { stderr, .. } => {
+            MediaError::Corrupt(format!("ffprobe cannot read it: {stderr}"))
+        }
+        ChildError::TimedOut(d) => MediaError::Timeout(d),
+        other => MediaError::Transform(other.to_string()),
+    })?;
+    let v: Value = serde_json::from_str(&json)
+        .map_err(|e| MediaError::Corrupt(format!("ffprobe output: {e}")))?;
+    parse(&v)
+}
+
+/// The facts from ffprobe's JSON.
+pub fn parse(v: &Value) -> Result<VideoProbe, MediaError> {
+    let streams = v["streams"].as_array().cloned().unwrap_or_default();
+    let of = |kind: &str| {
+        streams.iter().find(|s| {
+            s["codec_type"] == kind && s["disposition"]["attached_pic"].as_i64() != Some(1)
+        })
+    };
+    let Some(video) = of("video") else {
+        return Err(MediaError::Unsupported(
+            "no video stream (an audio-only or data file)".into(),
+        ));
+    };
+    let (w, h) = (u(&video["width"]), u(&video["height"]));
+    let (Some(w), Some(h)) = (w, h) else {
+        return Err(MediaError::Corrupt(
+            "the video stream has no frame size".into(),
+        ));
+    };
+    if w == 0 || h == 0 {
+        return Err(MediaError::Corrupt("zero-sized video".into()));
+    }
+    let rotation = rotation(video);
+    let (width, height) = if rotation.rem_euclid(180) == 90 {
+        (h as u32, w as u32)
+    } else {
+        (w as u32, h as u32)
+    };
+    let transfer = video["color_transfer"].as_str().unwrap_or("");
+    let duration = [&video["duration"], &v["format"]["duration"]]
+        .into_iter()
+        .find_map(|d| d.as_str()?.parse::<f64>().ok())
+        .or_else(|| matroska_duration(video))
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(Duration::from_secs_f64);
+    Ok(VideoProbe {
+        duration,
+        width,
+        height,
+        rotation,
+        fps: rate(&video["avg_frame_rate"]).or_else(|| rate(&video["r_frame_rate"])),
+        video_codec: video["codec_name"].as_str().unwrap_or("unknown").to_owned(),
+        pix_fmt: video["pix_fmt"].as_str().unwrap_or("").to_owned(),
+        audio_codec: of("audio").map(|a| a["codec_name"].as_str().unwrap_or("unknown").to_owned()),
+        bitrate: u(&v["format"]["bit_rate"]),
+        hdr: matches!(transfer, "smpte2084" | "arib-std-b67"),
+    })
+}
+
+/// Duration, pixel and stream checks before any transcoding.
+pub fn check(p: &VideoProbe, limits: &Limits) -> Result<(), MediaError> {
+    if let Some(d) = p.duration {
+        if d.as_secs_f64() > limits.max_video_seconds as f64 {
+            return Err(MediaError::LimitsExceeded(format!(
+                "{:.1} s long, over the {} s limit",
+                d.as_secs_f64(),
+                limits.max_video_seconds
+            )));
+        }
+    }
+    let pixels = p.width as u64 * p.height as u64;
+    if pixels > limits.max_video_pixels {
+        return Err(MediaError::LimitsExceeded(format!(
+            "{}x{} is {pixels} pixels per frame, over the {} limit",
+            p.width, p.height, limits.max_video_pixels
+        )));
+    }
+    Ok(())
+}
+
+/// A number ffprobe writes as a JSON number or a string.
+fn u(v: &Value) -> Option<u64> {
+    v.as_u64().or_else(|| v.as_str()?.parse().ok())
+}
+
+/// `30000/1001` → 29.97.
+fn rate(v: &Value) -> Option<f64> {
+    let (n, d) = v.as_str()?.split_once('/')?;
+    let (n, d): (f64, f64) = (n.parse().ok()?, d.parse().ok()?);
+    (n > 0.0 && d > 0.0).then(|| (n / d * 1000.0).round() / 1000.0)
+}
+
+/// The display matrix's rotation, or the older `rotate` tag.
+fn rotation(video: &Value) -> i32 {
+    let side = video["side_data_list"].as_array().and_then(|l| {
+        l.iter()
+            .find_map(|s| s["rotation"].as_f64().map(|r| r.round() as i32))
+    });
+    side.or_else(|| {
+        video["tags"]["rotate"]
+            .as_str()?
+            .parse::<i32>()
+            .ok()
+            .map(|r| -r)
+    })
+    .unwrap_or(0)
+}
+
+/// Matroska keeps a stream's duration as a `DURATION` tag (`00:00:05.229000000`).
+fn matroska_duration(video: &Value) -> Option<f64> {
+    let t = video["tags"]["DURATION"].as_str()?;
+    let mut secs = 0.0;
+    for part in t.split(':') {
+        secs = secs * 60.0 + part.parse::<f64>().ok()?;
+    }
+    Some(secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn rotation_swaps_the_displayed_size_and_duration_falls_back_to_the_container() {
+        let v = json!({
+            "streams": [
+                {"codec_type": "video", "codec_name": "h264", "width": 640, "height": 480,
+                 "pix_fmt": "yuv420p", "avg_frame_rate": "30000/1001",
+                 "side_data_list": [{"side_data_type": "Display Matrix", "rotation": -90}]},
+                {"codec_type": "audio", "codec_name": "aac"}
+            ],
+            "format": {"duration": "5.229", "bit_rate": "421000"}
+        });
+        let p = parse(&v).unwrap();
+        assert_eq!((p.width, p.height, p.rotation), (480, 640, -90));
+        assert_eq!(p.duration, Some(Duration::from_millis(5229)));
+        assert_eq!(p.fps, Some(29.97));
+        assert_eq!(p.audio_codec.as_deref(), Some("aac"));
+        assert_eq!(p.bitrate, Some(421000));
+        assert!(!p.hdr);
+    }
+
+    #[test]
+    fn audio_only_and_cover_art_are_not_video() {
+        let v = json!({"streams": [
+            {"codec_type": "audio", "codec_name": "mp3"},
+            {"codec_type": "video", "codec_name": "mjpeg", "width": 300, "height": 300,
+             "disposition": {"attached_pic": 1}}
+        ], "format": {}});
+        assert!(matches!(parse(&v), Err(MediaError::Unsupported(_))));
+    }
+
+    #[test]
+    fn matroska_duration_tag_and_limits() {
+        let v = json!({"streams": [
+            {"codec_type": "video", "codec_name": "vp9", "width": 3840, "height": 2160,
+             "color_transfer": "smpte2084", "tags": {"DURATION": "00:10:00.500000000"}}
+        ], "format": {}});
+        let p = parse(&v).unwrap();
+        assert_eq!(p.duration, Some(Duration::from_millis(600_500)));
+        assert!(p.hdr);
+        let limits = Limits {
+            max_input_bytes: 1,
+            max_image_pixels: 1,
+            max_video_seconds: 600,
+            max_video_pixels: 3840 * 2160,
+        };
+        let e = check(&p, &limits).unwrap_err();
+        assert!(matches!(e, MediaError::LimitsExceeded(_)), "{e}");
+        let e = check(
+            &VideoProbe {
+                duration: None,
+                width: 4096,
+                ..p
+            },
+            &limits,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("pixels"), "{e}");
+    }
+}

@@ -1,0 +1,220 @@
+//! The video pipeline with Debian's ffmpeg as child processes: probe (ffprobe) → analyze (a
+//! poster frame) → transform (the rendition ladder, then the poster's image outputs).
+//!
+//! One video job holds one pool permit, like an image job, while ffmpeg runs `-threads N`
+//! with N = cores / pool size by default: pool x threads ≈ cores, so a worker full of video
+//! jobs neither idles nor oversubscribes its CPU quota.
+
+mod child;
+pub mod ffprobe;
+pub mod poster;
+pub mod transcode;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+pub use child::kill_all;
+
+use super::{
+    Control, Event, FileFormat, MediaError, MediaFailure, MediaJob, MediaOutput, ProducedFile, at,
+};
+use crate::contract::{Analysis, MediaType, VideoAnalysis, Warning};
+use crate::job::Stage;
+use child::ChildError;
+use ffprobe::VideoProbe;
+
+pub fn process(
+    job: &MediaJob,
+    input: &Path,
+    out_dir: &Path,
+    ctl: &mut Control,
+) -> Result<MediaOutput, MediaFailure> {
+    // ffmpeg's logs and the poster candidates; not uploaded.
+    let work = out_dir.join(".work");
+    std::fs::create_dir_all(&work).map_err(|e| at(Stage::Probe)(e.into()))?;
+    let result = run(job, input, out_dir, &work, ctl);
+    let _ = std::fs::remove_dir_all(&work);
+    result
+}
+
+fn run(
+    job: &MediaJob,
+    input: &Path,
+    out_dir: &Path,
+    work: &Path,
+    ctl: &mut Control,
+) -> Result<MediaOutput, MediaFailure> {
+    let probe = ffprobe::run(&job.video, input, &work.join("ffprobe.log"), &ctl.cancel)
+        .and_then(|p| ffprobe::check(&p, &job.limits).map(|_| p))
+        .map_err(at(Stage::Probe))?;
+    let rungs = transcode::plan(&job.profile.renditions, &probe);
+    let per_run = transcode::time_limit(&job.video, &probe, job.limits.max_video_seconds);
+    // Every rung, plus the same again for the poster's frames and image outputs.
+    ctl.emit(Event::TimeLimit(per_run * (rungs.len() as u32 + 1)));
+
+    let mut warnings = Vec::new();
+    let poster_failed = |message: String| Warning {
+        code: "poster_failed".into(),
+        message,
+    };
+    let mut chosen = None;
+    if job.profile.poster {
+        ctl.emit(Event::Stage(Stage::Analyze));
+        match super::unwind(|| poster::choose(job, &probe, input, work, &ctl.cancel)) {
+            Ok(p) => chosen = Some(p),
+            Err(e) => warnings.push(poster_failed(e)),
+        }
+    }
+
+    ctl.emit(Event::Stage(Stage::Transform));
+    let mut files = Vec::new();
+    for (i, rung) in rungs.iter().enumerate() {
+        let name = format!("mp4/{}p.mp4", rung.height);
+        let out = out_dir.join(&name);
+        std::fs::create_dir_all(out.parent().expect("has a parent"))
+            .map_err(|e| at(Stage::Transform)(e.into()))?;
+        let args = transcode::args(&job.video, job.ffmpeg_threads, &probe, rung, input, &out);
+        let mut cmd = Command::new(&job.video.ffmpeg);
+        cmd.args(args);
+        let log = work.join(format!("{}p.log", rung.height));
+        let (done, total) = (i as f64, rungs.len() as f64);
+        let mut written = Duration::ZERO;
+        let cancel = ctl.cancel.clone();
+        child::run(cmd, &log, per_run, &cancel, &mut |line| {
+            let Some(t) = transcode::progress_time(line) else {
+                return;
+            };
+            if t > written {
+                ctl.emit(Event::Encoded(t - written));
+                written = t;
+            }
+            if let Some(d) = probe.duration {
+                let part = (t.as_secs_f64() / d.as_secs_f64()).min(1.0);
+                ctl.emit(Event::Progress(((done + part) / total) as f32));
+            }
+        })
+        .map_err(|e| at(Stage::Transform)(ffmpeg_error(e)))?;
+        files.push(rendition(job, &probe, &name, &out, work, &ctl.cancel)?);
+    }
+
+    let poster_time = chosen.as_ref().map(|p| p.time);
+    if let Some(p) = chosen {
+        match poster_outputs(job, &p.path, out_dir, ctl) {
+            Ok((outputs, mut more)) => {
+                files.extend(outputs);
+                warnings.append(&mut more);
+            }
+            Err(e) => warnings.push(poster_failed(e)),
+        }
+    }
+    Ok(MediaOutput {
+        media_type: MediaType::Video,
+        files,
+        analysis: Some(Analysis::Video(VideoAnalysis {
+            duration_ms: probe.duration.map(|d| d.as_millis() as u64),
+            width: probe.width,
+            height: probe.height,
+            fps: probe.fps,
+            video_codec: probe.video_codec.clone(),
+            audio_codec: probe.audio_codec.clone(),
+            has_audio: probe.audio_codec.is_some(),
+            bitrate: probe.bitrate,
+            rotation: probe.rotation,
+            hdr: probe.hdr,
+            poster_time_ms: poster_time.map(|t| t.as_millis() as u64),
+        })),
+        warnings,
+    })
+}
+
+/// A finished rendition as ffprobe sees it. A rendition much shorter than the input means
+/// the input ended early (a truncated upload whose header promised more).
+fn rendition(
+    job: &MediaJob,
+    source: &VideoProbe,
+    name: &str,
+    path: &Path,
+    work: &Path,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<ProducedFile, MediaFailure> {
+    let fail = at(Stage::Transform);
+    let out = match ffprobe::run(&job.video, path, &work.join("rendition.log"), cancel) {
+        Ok(p) => p,
+        Err(e) => return Err(fail(MediaError::Transform(format!("{name}: {e}")))),
+    };
+    if let (Some(want), Some(got)) = (source.duration, out.duration) {
+        if got.as_secs_f64() < want.as_secs_f64() * 0.9 - 0.5 {
+            return Err(fail(MediaError::Corrupt(format!(
+                "the video ends after {:.1} s of the {:.1} s its header announces",
+                got.as_secs_f64(),
+                want.as_secs_f64()
+            ))));
+        }
+    }
+    let size_bytes = std::fs::metadata(path).map_err(|e| fail(e.into()))?.len();
+    Ok(ProducedFile {
+        name: name.to_owned(),
+        path: path.to_owned(),
+        role: "rendition",
+        format: FileFormat::Mp4,
+        width: out.width,
+        height: out.height,
+        size_bytes,
+        duration_ms: out.duration.map(|d| d.as_millis() as u64),
+        crop: None,
+    })
+}
+
+/// The poster frame through the image pipeline, under `poster/`.
+fn poster_outputs(
+    job: &MediaJob,
+    frame: &Path,
+    out_dir: &Path,
+    ctl: &mut Control,
+) -> Result<(Vec<ProducedFile>, Vec<Warning>), String> {
+    let dir = out_dir.join("poster");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    // Its stages are part of this job's transform stage: not reported again.
+    let mut quiet = |_: Event| {};
+    let mut inner = Control {
+        cancel: ctl.cancel.clone(),
+        on_event: &mut quiet,
+    };
+    let out = super::image(job, frame, super::sniff::ImageFormat::Png, &dir, &mut inner)
+        .map_err(|f| f.error.to_string())?;
+    let files = out
+        .files
+        .into_iter()
+        .map(|f| ProducedFile {
+            name: format!("poster/{}", f.name),
+            role: "poster",
+            ..f
+        })
+        .collect();
+    Ok((files, out.warnings))
+}
+
+/// What an ffmpeg failure means for the job.
+fn ffmpeg_error(e: ChildError) -> MediaError {
+    match e {
+        ChildError::TimedOut(d) => MediaError::Timeout(d),
+        ChildError::Failed { stderr, .. } => {
+            // ffprobe read the headers, so a decoder failing now met broken data.
+            const CORRUPT: [&str; 6] = [
+                "Invalid data",
+                "partial file",
+                "moov atom",
+                "corrupt",
+                "error while decoding",
+                "Error while decoding",
+            ];
+            if CORRUPT.iter().any(|c| stderr.contains(c)) {
+                MediaError::Corrupt(format!("ffmpeg: {stderr}"))
+            } else {
+                MediaError::Transform(format!("ffmpeg: {stderr}"))
+            }
+        }
+        other => MediaError::Transform(other.to_string()),
+    }
+}
