@@ -615,17 +615,6 @@ async fn media_time_limit_answers_timeout() {
     );
 }
 
-/// Reads one sample of a metric from the worker's /metrics.
-fn metric(worker: &Worker, line_start: &str) -> Option<f64> {
-    let (_, text) = worker.http_get("/metrics")?;
-    text.lines()
-        .find(|l| l.starts_with(line_start))?
-        .split_whitespace()
-        .last()?
-        .parse()
-        .ok()
-}
-
 /// At MAX_IN_FLIGHT unfinished messages the consumer pauses (and keeps polling); it resumes
 /// below the low-water mark, and every request is answered once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -644,7 +633,7 @@ async fn flow_control_pauses_at_the_in_flight_bound() {
             .await;
     }
     wait_for("consumer paused", MINUTE, || {
-        (metric(&worker, "media_worker_kafka_paused ")? == 1.0).then_some(())
+        (worker.metric("media_worker_kafka_paused ")? == 1.0).then_some(())
     });
     assert!(
         worker.jobs().len() <= 2,
@@ -655,7 +644,7 @@ async fn flow_control_pauses_at_the_in_flight_bound() {
     assert_eq!(got.len(), 8, "each request answered once");
     assert!(got.values().all(|r| r.body.status == Status::Completed));
     wait_for("resumed", MINUTE, || {
-        (metric(&worker, "media_worker_kafka_paused ")? == 0.0).then_some(())
+        (worker.metric("media_worker_kafka_paused ")? == 0.0).then_some(())
     });
 }
 
@@ -682,11 +671,9 @@ async fn a_long_job_keeps_group_membership() {
         started.elapsed() > Duration::from_secs(6),
         "the job outlasted max.poll.interval.ms"
     );
-    let revokes = metric(
-        &worker,
-        "media_worker_kafka_rebalances_total{kind=\"revoke\"}",
-    )
-    .unwrap_or(0.0);
+    let revokes = worker
+        .metric("media_worker_kafka_rebalances_total{kind=\"revoke\"}")
+        .unwrap_or(0.0);
     assert_eq!(revokes, 0.0, "no eviction, no revoke");
     assert!(
         responses.next(Duration::from_secs(3)).is_none(),

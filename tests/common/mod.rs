@@ -37,6 +37,59 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A test-pattern video with a tone: `secs` long, `w`x`h`, H.264 + AAC in MP4 (ffmpeg's lavfi
+/// sources, so tests can have inputs long enough to interrupt).
+pub fn synthetic_video(dir: &Path, secs: u32, w: u32, h: u32) -> PathBuf {
+    let out = dir.join(format!("synthetic-{secs}s-{w}x{h}.mp4"));
+    let status = Command::new("ffmpeg")
+        .args(["-v", "error", "-y", "-f", "lavfi", "-i"])
+        .arg(format!("testsrc2=size={w}x{h}:rate=25:duration={secs}"))
+        .args(["-f", "lavfi", "-i"])
+        .arg(format!("sine=duration={secs}"))
+        .args([
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-c:a",
+            "aac",
+            "-shortest",
+        ])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    out
+}
+
+#[allow(unused_imports)]
+pub use media_worker::media::video::exits_within;
+
+/// Pids of running (not zombie) processes whose command line mentions `needle`.
+pub fn processes_mentioning(needle: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if pid == std::process::id() as i32 {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .starts_with('Z');
+        if !zombie && String::from_utf8_lossy(&cmdline).contains(needle) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
 /// Polls `f` every 50 ms until it returns Some, or panics after `timeout`.
 pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
@@ -248,13 +301,18 @@ impl Stack {
 
     /// Uploads a corpus file as `uploads/{name}`.
     pub async fn upload_corpus(&self, name: &str) {
-        let body = aws_sdk_s3::primitives::ByteStream::from_path(corpus(name))
+        self.upload_file(name, &corpus(name)).await;
+    }
+
+    /// Uploads a file as `uploads/{key}`.
+    pub async fn upload_file(&self, key: &str, path: &Path) {
+        let body = aws_sdk_s3::primitives::ByteStream::from_path(path)
             .await
             .unwrap();
         self.s3c
             .put_object()
             .bucket(SOURCE_BUCKET)
-            .key(name)
+            .key(key)
             .body(body)
             .send()
             .await
@@ -461,6 +519,17 @@ impl Worker {
             log,
             _tmp: tmp,
         }
+    }
+
+    /// One sample of a metric from /metrics: the first line starting with `line_start`.
+    pub fn metric(&self, line_start: &str) -> Option<f64> {
+        let (_, text) = self.http_get("/metrics")?;
+        text.lines()
+            .find(|l| l.starts_with(line_start))?
+            .split_whitespace()
+            .last()?
+            .parse()
+            .ok()
     }
 
     pub fn scratch_dir(&self) -> PathBuf {

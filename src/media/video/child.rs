@@ -19,14 +19,37 @@ use tokio_util::sync::CancellationToken;
 /// Process groups of running children.
 static LIVE: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
 
-/// Kills every running child's process group (shutdown past its deadline).
+/// Kills every running child's process group (shutdown past its deadline) and waits, briefly,
+/// for the children to be gone: the worker exits after them.
 pub fn kill_all() -> usize {
-    let live = LIVE.lock().unwrap();
-    for pgid in live.iter() {
+    let live: Vec<i32> = LIVE.lock().unwrap().iter().copied().collect();
+    for pgid in &live {
         // SAFETY: plain syscall on a process group this process created.
         unsafe { libc::killpg(*pgid, libc::SIGKILL) };
     }
+    for pid in &live {
+        exits_within(*pid, Duration::from_secs(2));
+    }
     live.len()
+}
+
+/// Whether process `pid` exits within `timeout` (a pidfd becomes readable when it does).
+pub fn exits_within(pid: i32, timeout: Duration) -> bool {
+    // SAFETY: plain syscalls on a descriptor this function owns.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        if fd < 0 {
+            return true; // already gone
+        }
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let n = libc::poll(&mut p, 1, timeout.as_millis() as i32);
+        libc::close(fd);
+        n == 1
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -202,27 +225,10 @@ mod tests {
             .parse()
             .unwrap();
         // The group kill reached the grandchild (SIGKILL lands asynchronously: await its exit).
-        assert!(exits_within(pid, 2000), "grandchild {pid} still running");
-    }
-
-    /// Whether process `pid` (not a child of ours) exits within `ms`: a pidfd becomes readable
-    /// when the process exits.
-    fn exits_within(pid: i32, ms: i32) -> bool {
-        // SAFETY: plain syscalls on a descriptor we own.
-        unsafe {
-            let fd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
-            if fd < 0 {
-                return true; // already gone
-            }
-            let mut p = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let n = libc::poll(&mut p, 1, ms);
-            libc::close(fd);
-            n == 1
-        }
+        assert!(
+            exits_within(pid, Duration::from_secs(2)),
+            "grandchild {pid} still running"
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-pub use child::kill_all;
+pub use child::{exits_within, kill_all};
 
 use super::{
     Control, Event, FileFormat, MediaError, MediaFailure, MediaJob, MediaOutput, ProducedFile, at,

@@ -1,0 +1,302 @@
+//! Video through the same `media::process` the worker runs: corpus videos and generated ones,
+//! outputs checked with ffprobe.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{corpus, processes_mentioning, synthetic_video};
+use media_worker::config::Settings;
+use media_worker::contract::VideoAnalysis;
+use media_worker::job::Stage;
+use media_worker::media::{self, Control, Event, MediaError, MediaFailure, MediaJob, MediaOutput};
+use serde_json::Value;
+
+fn settings(env: &[(&str, &str)]) -> Settings {
+    let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+    Settings::load_from(None, env).unwrap()
+}
+
+fn run(settings: &Settings, input: &Path, out: &Path) -> Result<MediaOutput, MediaFailure> {
+    media::vips::init(1);
+    let job = MediaJob::new(settings, "default", None);
+    media::process(&job, input, out, &mut Control::new(&mut |_| {}))
+}
+
+fn ok(input: &Path, out: &Path) -> (MediaOutput, VideoAnalysis) {
+    let o = run(&settings(&[]), input, out)
+        .unwrap_or_else(|f| panic!("{}: {:?}", input.display(), f.error));
+    let a = o.analysis.as_ref().and_then(|a| a.video()).unwrap().clone();
+    (o, a)
+}
+
+/// ffprobe's view of a file's first video stream.
+fn stream(path: &Path) -> Value {
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-print_format", "json", "-show_streams"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", path.display());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let streams = v["streams"].as_array().unwrap().clone();
+    let video = streams.iter().find(|s| s["codec_type"] == "video").unwrap();
+    let mut video = video.clone();
+    video["audio_streams"] = streams
+        .iter()
+        .filter(|s| s["codec_type"] == "audio")
+        .count()
+        .into();
+    video
+}
+
+fn renditions(o: &MediaOutput) -> Vec<(String, PathBuf, u32, u32)> {
+    o.files
+        .iter()
+        .filter(|f| f.role == "rendition")
+        .map(|f| (f.name.clone(), f.path.clone(), f.width, f.height))
+        .collect()
+}
+
+/// Upright, SDR, browser-playable H.264: what every rendition must be.
+fn assert_plain_h264(path: &Path) -> Value {
+    let s = stream(path);
+    assert_eq!(s["codec_name"], "h264", "{}", path.display());
+    assert_eq!(s["pix_fmt"], "yuv420p", "{}", path.display());
+    let rotated = s["side_data_list"].as_array().is_some_and(|l| {
+        l.iter()
+            .any(|d| d["rotation"].as_f64().unwrap_or(0.0) != 0.0)
+    });
+    assert!(!rotated, "{} keeps a rotation tag: {s}", path.display());
+    s
+}
+
+#[test]
+fn rotated_phone_video_becomes_upright_portrait() {
+    let out = tempfile::tempdir().unwrap();
+    let (o, a) = ok(&corpus("rails_rotated_video.mp4"), out.path());
+    assert_eq!((a.width, a.height, a.rotation), (480, 640, -90));
+    assert_eq!((a.video_codec.as_str(), a.has_audio), ("h264", true));
+    let r = renditions(&o);
+    // 480 px is the short side: only the 480p rung fits, and nothing is upscaled to 720p.
+    assert_eq!(r.len(), 1, "{r:?}");
+    let (name, path, w, h) = &r[0];
+    assert_eq!((name.as_str(), *w, *h), ("mp4/480p.mp4", 480, 640));
+    let s = assert_plain_h264(path);
+    assert_eq!(
+        (s["width"].as_u64(), s["height"].as_u64()),
+        (Some(480), Some(640))
+    );
+    assert_eq!(s["audio_streams"], 1);
+    let f = o.files.iter().find(|f| f.role == "rendition").unwrap();
+    let ms = f.duration_ms.unwrap();
+    assert!((4500..6000).contains(&ms), "duration {ms} ms");
+    // The poster is upright too.
+    let poster = o
+        .files
+        .iter()
+        .find(|f| f.name == "poster/480w.jpg")
+        .unwrap();
+    assert_eq!((poster.width, poster.height), (480, 640));
+}
+
+#[test]
+fn iphone_hdr_hevc_becomes_sdr_h264_without_rotation() {
+    let out = tempfile::tempdir().unwrap();
+    let (o, a) = ok(&corpus("rails_rotated_hdr_video.mov"), out.path());
+    assert!(a.hdr && !a.has_audio, "{a:?}");
+    assert_eq!(
+        (a.width, a.height, a.video_codec.as_str()),
+        (1080, 1920, "hevc")
+    );
+    let r = renditions(&o);
+    let sizes: Vec<(u32, u32)> = r.iter().map(|x| (x.2, x.3)).collect();
+    assert_eq!(sizes, [(720, 1280), (480, 854)]);
+    for (_, path, _, _) in &r {
+        let s = assert_plain_h264(path);
+        assert_eq!(s["color_transfer"], "bt709", "tone-mapped: {s}");
+        assert_eq!(s["audio_streams"], 0, "no audio in, none out");
+    }
+}
+
+#[test]
+fn vp9_webm_without_stream_duration_is_transcoded() {
+    let out = tempfile::tempdir().unwrap();
+    let (o, a) = ok(&corpus("rails_video.webm"), out.path());
+    assert_eq!(
+        (a.video_codec.as_str(), a.audio_codec.as_deref()),
+        ("vp9", Some("opus"))
+    );
+    assert_eq!(a.duration_ms, Some(5229), "the container's duration");
+    let r = renditions(&o);
+    assert_eq!(r.len(), 1);
+    let s = assert_plain_h264(&r[0].1);
+    assert_eq!(s["audio_streams"], 1, "Opus became AAC");
+    assert!(o.warnings.is_empty(), "{:?}", o.warnings);
+    assert!(
+        o.files
+            .iter()
+            .any(|f| f.name == "poster/thumb_256x256.webp")
+    );
+}
+
+#[test]
+fn audio_only_mp4_is_unsupported() {
+    let out = tempfile::tempdir().unwrap();
+    let f = run(
+        &settings(&[]),
+        &corpus("rails_video_without_video_stream.mp4"),
+        out.path(),
+    )
+    .unwrap_err();
+    assert_eq!(f.stage, Stage::Probe);
+    assert!(
+        matches!(f.error, MediaError::Unsupported(_)),
+        "{:?}",
+        f.error
+    );
+}
+
+#[test]
+fn truncated_videos_are_corrupt_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let clip = std::fs::read(corpus("face_recognition_short_hamilton_clip.mp4")).unwrap();
+    // The corpus file keeps its index (moov) at the end: cut, it is gone.
+    let tail = dir.path().join("tail-index.mp4");
+    std::fs::write(&tail, &clip[..clip.len() / 2]).unwrap();
+    // With the index first (+faststart), the header promises frames the file does not have.
+    let faststart = dir.path().join("faststart.mp4");
+    let status = Command::new("ffmpeg")
+        .args(["-v", "error", "-y", "-i"])
+        .arg(corpus("face_recognition_short_hamilton_clip.mp4"))
+        .args(["-c", "copy", "-movflags", "+faststart"])
+        .arg(&faststart)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let full = std::fs::read(&faststart).unwrap();
+    let head = dir.path().join("head-index.mp4");
+    std::fs::write(&head, &full[..full.len() / 2]).unwrap();
+    for input in [tail, head] {
+        let out = tempfile::tempdir().unwrap();
+        let f = run(&settings(&[]), &input, out.path()).unwrap_err();
+        assert!(
+            matches!(f.error, MediaError::Corrupt(_)),
+            "{}: {:?}",
+            input.display(),
+            f.error
+        );
+    }
+}
+
+#[test]
+fn progress_and_the_time_limit_are_reported() {
+    let out = tempfile::tempdir().unwrap();
+    let s = settings(&[]);
+    let job = MediaJob::new(&s, "default", None);
+    let mut events = Vec::new();
+    let mut record = |e: Event| events.push(e);
+    media::vips::init(1);
+    let input = corpus("face_recognition_short_hamilton_clip.mp4");
+    media::process(&job, &input, out.path(), &mut Control::new(&mut record)).unwrap();
+    let stages: Vec<Stage> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Stage(s) => Some(*s),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stages, [Stage::Probe, Stage::Analyze, Stage::Transform]);
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::TimeLimit(d) if *d >= Duration::from_secs(30)))
+    );
+    let progress: Vec<f32> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Progress(p) => Some(*p),
+            _ => None,
+        })
+        .collect();
+    assert!(!progress.is_empty());
+    assert!(progress.windows(2).all(|w| w[0] <= w[1]), "{progress:?}");
+    assert!(*progress.last().unwrap() > 0.9, "{progress:?}");
+    let encoded: f64 = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Encoded(d) => Some(d.as_secs_f64()),
+            _ => None,
+        })
+        .sum();
+    assert!(
+        (9.0..11.0).contains(&encoded),
+        "encoded {encoded} s of a 10 s clip"
+    );
+}
+
+#[test]
+fn a_timeout_kills_ffmpeg_and_leaves_no_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = synthetic_video(dir.path(), 30, 1280, 720);
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    // 30 s of 720p at `veryslow` takes far longer than 1 s + 0.01 s per second of video.
+    let s = settings(&[
+        ("FFMPEG_PRESET", "veryslow"),
+        ("VIDEO_TIMEOUT_BASE_SECS", "1"),
+        ("VIDEO_TIMEOUT_PER_SECOND", "0.01"),
+    ]);
+    let f = run(&s, &input, &out).unwrap_err();
+    assert_eq!(f.stage, Stage::Transform);
+    assert!(matches!(f.error, MediaError::Timeout(_)), "{:?}", f.error);
+    // Killed mid-run: the rendition was never finished (no index written).
+    let partial = out.join("mp4/720p.mp4");
+    let complete = Command::new("ffprobe")
+        .args(["-v", "error"])
+        .arg(&partial)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(!complete, "ffmpeg ran to completion despite the limit");
+    let left = processes_mentioning(&out.display().to_string());
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}
+
+#[test]
+fn a_failed_poster_degrades_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    // Fault injection: an ffmpeg that refuses to write images (frame extraction) and runs the
+    // real one otherwise.
+    let shim = dir.path().join("ffmpeg");
+    std::fs::write(
+        &shim,
+        "#!/bin/sh\ncase \"$*\" in *image2*) echo 'injected failure' >&2; exit 1;; esac\nexec ffmpeg \"$@\"\n",
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&shim).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&shim, perms).unwrap();
+    let mut s = settings(&[]);
+    s.video.ffmpeg = shim;
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let o = run(&s, &corpus("rails_video.webm"), &out).unwrap();
+    assert_eq!(
+        o.warnings
+            .iter()
+            .map(|w| w.code.as_str())
+            .collect::<Vec<_>>(),
+        ["poster_failed"]
+    );
+    assert!(
+        o.warnings[0].message.contains("injected failure"),
+        "{:?}",
+        o.warnings
+    );
+    assert_eq!(renditions(&o).len(), 1, "the video still ships");
+    assert!(o.files.iter().all(|f| f.role != "poster"));
+    let a = o.analysis.as_ref().and_then(|a| a.video()).unwrap();
+    assert_eq!(a.poster_time_ms, None);
+}
