@@ -52,10 +52,27 @@ fn stream(path: &Path) -> Value {
     video
 }
 
+/// The renditions, each checked against ffprobe: the size and duration the response will
+/// report are the file's own.
 fn renditions(o: &MediaOutput) -> Vec<(String, PathBuf, u32, u32)> {
-    o.files
-        .iter()
-        .filter(|f| f.role == "rendition")
+    let r: Vec<_> = o.files.iter().filter(|f| f.role == "rendition").collect();
+    for f in &r {
+        let s = stream(&f.path);
+        assert_eq!(
+            (s["width"].as_u64(), s["height"].as_u64()),
+            (Some(f.width as u64), Some(f.height as u64)),
+            "{}",
+            f.name
+        );
+        let probed: f64 = s["duration"].as_str().unwrap().parse().unwrap();
+        let reported = f.duration_ms.unwrap() as f64 / 1000.0;
+        assert!(
+            (probed - reported).abs() < 0.25,
+            "{}: {probed} vs {reported}",
+            f.name
+        );
+    }
+    r.iter()
         .map(|f| (f.name.clone(), f.path.clone(), f.width, f.height))
         .collect()
 }

@@ -19,6 +19,7 @@ pub use child::{exits_within, kill_all};
 use super::{
     Control, Event, FileFormat, MediaError, MediaFailure, MediaJob, MediaOutput, ProducedFile, at,
 };
+use crate::config::Rendition;
 use crate::contract::{Analysis, MediaType, VideoAnalysis, Warning};
 use crate::job::Stage;
 use child::ChildError;
@@ -70,32 +71,15 @@ fn run(
     ctl.emit(Event::Stage(Stage::Transform));
     let mut files = Vec::new();
     for (i, rung) in rungs.iter().enumerate() {
-        let name = format!("mp4/{}p.mp4", rung.height);
-        let out = out_dir.join(&name);
-        std::fs::create_dir_all(out.parent().expect("has a parent"))
-            .map_err(|e| at(Stage::Transform)(e.into()))?;
-        let args = transcode::args(&job.video, job.ffmpeg_threads, &probe, rung, input, &out);
-        let mut cmd = Command::new(&job.video.ffmpeg);
-        cmd.args(args);
-        let log = work.join(format!("{}p.log", rung.height));
-        let (done, total) = (i as f64, rungs.len() as f64);
-        let mut written = Duration::ZERO;
-        let cancel = ctl.cancel.clone();
-        child::run(cmd, &log, per_run, &cancel, &mut |line| {
-            let Some(t) = transcode::progress_time(line) else {
-                return;
-            };
-            if t > written {
-                ctl.emit(Event::Encoded(t - written));
-                written = t;
-            }
-            if let Some(d) = probe.duration {
-                let part = (t.as_secs_f64() / d.as_secs_f64()).min(1.0);
-                ctl.emit(Event::Progress(((done + part) / total) as f32));
-            }
-        })
-        .map_err(|e| at(Stage::Transform)(ffmpeg_error(e)))?;
-        files.push(rendition(job, &probe, &name, &out, work, &ctl.cancel)?);
+        let share = (i as f64 / rungs.len() as f64, 1.0 / rungs.len() as f64);
+        let rung = Rung {
+            rendition: *rung,
+            time_limit: per_run,
+            progress_share: share,
+        };
+        files.push(transcode_rung(
+            job, &probe, &rung, input, out_dir, work, ctl,
+        )?);
     }
 
     let poster_time = chosen.as_ref().map(|p| p.time);
@@ -128,40 +112,91 @@ fn run(
     })
 }
 
-/// A finished rendition as ffprobe sees it. A rendition much shorter than the input means
-/// the input ended early (a truncated upload whose header promised more).
-fn rendition(
+/// One rung to run.
+pub struct Rung {
+    pub rendition: Rendition,
+    pub time_limit: Duration,
+    /// (start, width) of this rung in the job's progress, as fractions.
+    pub progress_share: (f64, f64),
+}
+
+/// One ffmpeg run: `mp4/{height}p.mp4` in `out_dir`, with progress reports.
+pub fn transcode_rung(
     job: &MediaJob,
+    probe: &VideoProbe,
+    rung: &Rung,
+    input: &Path,
+    out_dir: &Path,
+    work: &Path,
+    ctl: &mut Control,
+) -> Result<ProducedFile, MediaFailure> {
+    let height = rung.rendition.height;
+    let name = format!("mp4/{height}p.mp4");
+    let out = out_dir.join(&name);
+    std::fs::create_dir_all(out.parent().expect("has a parent"))
+        .map_err(|e| at(Stage::Transform)(e.into()))?;
+    let args = transcode::args(
+        &job.video,
+        job.ffmpeg_threads,
+        probe,
+        &rung.rendition,
+        input,
+        &out,
+    );
+    let mut cmd = Command::new(&job.video.ffmpeg);
+    cmd.args(args);
+    let log = work.join(format!("{height}p.log"));
+    let (start, width) = rung.progress_share;
+    let mut written = Duration::ZERO;
+    let cancel = ctl.cancel.clone();
+    child::run(cmd, &log, rung.time_limit, &cancel, &mut |line| {
+        let Some(t) = transcode::progress_time(line) else {
+            return;
+        };
+        if t > written {
+            ctl.emit(Event::Encoded(t - written));
+            written = t;
+        }
+        if let Some(d) = probe.duration {
+            let part = (t.as_secs_f64() / d.as_secs_f64()).min(1.0);
+            ctl.emit(Event::Progress((start + part * width) as f32));
+        }
+    })
+    .map_err(|e| at(Stage::Transform)(ffmpeg_error(e)))?;
+    rendition(probe, height, &name, &out, written)
+}
+
+/// A finished rendition. Its size follows from the scale filter and its duration from
+/// ffmpeg's last progress report (no second ffprobe run). A rendition much shorter than the
+/// input means the input ended early: a truncated upload whose header promised more.
+fn rendition(
     source: &VideoProbe,
+    short_side: u32,
     name: &str,
     path: &Path,
-    work: &Path,
-    cancel: &tokio_util::sync::CancellationToken,
+    written: Duration,
 ) -> Result<ProducedFile, MediaFailure> {
     let fail = at(Stage::Transform);
-    let out = match ffprobe::run(&job.video, path, &work.join("rendition.log"), cancel) {
-        Ok(p) => p,
-        Err(e) => return Err(fail(MediaError::Transform(format!("{name}: {e}")))),
-    };
-    if let (Some(want), Some(got)) = (source.duration, out.duration) {
-        if got.as_secs_f64() < want.as_secs_f64() * 0.9 - 0.5 {
+    if let Some(want) = source.duration {
+        if written.as_secs_f64() < want.as_secs_f64() * 0.9 - 0.5 {
             return Err(fail(MediaError::Corrupt(format!(
                 "the video ends after {:.1} s of the {:.1} s its header announces",
-                got.as_secs_f64(),
+                written.as_secs_f64(),
                 want.as_secs_f64()
             ))));
         }
     }
     let size_bytes = std::fs::metadata(path).map_err(|e| fail(e.into()))?.len();
+    let (width, height) = transcode::output_size(source, short_side);
     Ok(ProducedFile {
         name: name.to_owned(),
         path: path.to_owned(),
         role: "rendition",
         format: FileFormat::Mp4,
-        width: out.width,
-        height: out.height,
+        width,
+        height,
         size_bytes,
-        duration_ms: out.duration.map(|d| d.as_millis() as u64),
+        duration_ms: Some(written.as_millis() as u64),
         crop: None,
     })
 }

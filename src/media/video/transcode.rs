@@ -49,6 +49,19 @@ pub fn video_filter(probe: &VideoProbe, short_side: u32) -> String {
     format!("{scale},{}", to_sdr(probe))
 }
 
+/// The frame size `video_filter` gives: the short side as asked, the other side rounded to
+/// the nearest even number as ffmpeg's `scale=-2` does (`av_rescale`, round half up).
+pub fn output_size(probe: &VideoProbe, short_side: u32) -> (u32, u32) {
+    let (w, h) = (probe.width as u64, probe.height as u64);
+    let s = short_side as u64;
+    let other = |long: u64, short: u64| ((s * long + short) / (2 * short) * 2) as u32;
+    if w >= h {
+        (other(w, h), short_side)
+    } else {
+        (short_side, other(h, w))
+    }
+}
+
 /// 8-bit SDR yuv420p, which every browser plays.
 pub fn to_sdr(probe: &VideoProbe) -> &'static str {
     if probe.hdr {
@@ -168,6 +181,14 @@ mod tests {
         assert_eq!(heights(&probe(480, 640)), [480]);
         let small = plan(&ladder(), &probe(640, 361));
         assert_eq!((small.len(), small[0].height, small[0].crf), (1, 360, 26));
+    }
+
+    #[test]
+    fn output_size_rounds_like_ffmpeg() {
+        assert_eq!(output_size(&probe(1920, 1080), 720), (1280, 720));
+        assert_eq!(output_size(&probe(1080, 1920), 480), (480, 854));
+        assert_eq!(output_size(&probe(640, 360), 360), (640, 360));
+        assert_eq!(output_size(&probe(480, 640), 480), (480, 640));
     }
 
     #[test]
