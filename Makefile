@@ -22,9 +22,10 @@ demo: release
 	RUST_LOG=warn target/release/media-worker demo $(DIR)
 
 ## Everything: formatting, lints, unit tests, and end-to-end tests against real tansu + s3s-fs
-## (started by the test harness on free loopback ports).
+## (started by the test harness on free loopback ports). Benchmarks are compiled by `lint`
+## (clippy --all-targets) and run by `make bench`.
 test: setup-test lint
-	cargo test --all-targets
+	cargo test --lib --bins --tests
 
 lint: setup
 	cargo fmt --all -- --check
