@@ -1,6 +1,6 @@
 //! `media-worker demo [DIR]`: the real worker (same consumer, job runner and storage interface
 //! as `run`) against an in-process Kafka cluster (rdkafka's MockCluster) and a local store.
-//! Submits every image in DIR and prints a table of the responses.
+//! Submits every file in DIR (images and videos) and prints a table of the responses.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -17,7 +17,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
 use crate::contract::{OptimizeRequest, OptimizeResponse};
-use crate::media::sniff::{self, Sniffed};
 use crate::storage::LocalStorage;
 use crate::worker;
 
@@ -30,10 +29,9 @@ pub async fn run(mut settings: Settings, dir: PathBuf) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
     let files: Vec<PathBuf> = super::expand_inputs(std::slice::from_ref(&dir))?
         .into_iter()
-        .filter(|p| matches!(sniff::sniff_file(p), Ok(s) if s != Sniffed::Video))
         .filter(|p| !matches!(p.extension().and_then(|e| e.to_str()), Some("md" | "tsv")))
         .collect();
-    anyhow::ensure!(!files.is_empty(), "no images in {}", dir.display());
+    anyhow::ensure!(!files.is_empty(), "no files in {}", dir.display());
 
     let cluster = MockCluster::new(1)?;
     cluster.create_topic(&settings.kafka.request_topic, PARTITIONS, 1)?;
@@ -118,10 +116,17 @@ pub async fn run(mut settings: Settings, dir: PathBuf) -> anyhow::Result<()> {
         let detail = match &r.error {
             Some(e) => e.code.as_str().to_owned(),
             None => {
+                let renditions: Vec<String> = r
+                    .outputs
+                    .iter()
+                    .filter(|o| o.role == "rendition")
+                    .map(|o| format!("{}x{}", o.width, o.height))
+                    .collect();
                 let widths: std::collections::BTreeSet<u32> =
                     r.outputs.iter().map(|o| o.width).collect();
                 let w: Vec<String> = widths.iter().map(|w| format!("{w}w")).collect();
-                format!("{} ({})", r.outputs.len(), w.join(","))
+                let what = if renditions.is_empty() { w } else { renditions };
+                format!("{} ({})", r.outputs.len(), what.join(","))
             }
         };
         println!(
