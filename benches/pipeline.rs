@@ -13,6 +13,9 @@ use media_worker::contract::OptimizeRequest;
 use media_worker::job::JobRunner;
 use media_worker::storage::LocalStorage;
 
+mod util;
+use util::arg;
+
 /// Manifest kinds that are ordinary photos (not broken files, pixel bombs or videos).
 const PHOTO_KINDS: &[&str] = &["photo", "faces", "orientation", "color", "alpha"];
 
@@ -43,14 +46,6 @@ fn peak_rss_mib() -> f64 {
         .find(|l| l.starts_with("VmHWM:"))
         .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
-}
-
-fn arg(name: &str, default: &str) -> String {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-        .unwrap_or_else(|| default.to_owned())
 }
 
 fn main() {

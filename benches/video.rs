@@ -7,7 +7,7 @@
 //! Inputs: the corpus videos plus a generated 20 s 1080p clip (short clips are dominated by
 //! process start-up, a long one by encoding). Rounds alternate ours/plain to spread drift.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,12 @@ use media_worker::config::Settings;
 use media_worker::media::video::{self, Rung, ffprobe, transcode};
 use media_worker::media::{Control, MediaJob};
 use tokio_util::sync::CancellationToken;
+
+#[path = "../tests/common/synthetic.rs"]
+mod synthetic;
+mod util;
+
+use util::arg;
 
 const CORPUS_VIDEOS: &[&str] = &[
     "face_recognition_short_hamilton_clip.mp4",
@@ -24,43 +30,12 @@ const CORPUS_VIDEOS: &[&str] = &[
     "rails_video.webm",
 ];
 
-fn arg(name: &str, default: &str) -> String {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-        .unwrap_or_else(|| default.to_owned())
-}
-
-fn generated(dir: &Path) -> PathBuf {
-    let out = dir.join("generated-20s-1080p.mp4");
-    let ok = Command::new("ffmpeg")
-        .args(["-v", "error", "-y", "-f", "lavfi", "-i"])
-        .arg("testsrc2=size=1920x1080:rate=30:duration=20")
-        .args(["-f", "lavfi", "-i", "sine=duration=20"])
-        .args([
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-c:a",
-            "aac",
-            "-shortest",
-        ])
-        .arg(&out)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    out
-}
-
 fn main() {
     let rounds: usize = arg("--rounds", "3").parse().unwrap();
     let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
     let tmp = tempfile::tempdir().unwrap();
     let mut inputs: Vec<PathBuf> = CORPUS_VIDEOS.iter().map(|f| corpus.join(f)).collect();
-    inputs.push(generated(tmp.path()));
+    inputs.push(synthetic::synthetic_video(tmp.path(), 20, 1920, 1080));
 
     let env = std::env::vars().chain([("WORKER_POOL_SIZE".to_owned(), "1".to_owned())]);
     let settings = Settings::load_from(None, env).unwrap();

@@ -28,6 +28,20 @@ pub fn run(
     cfg: &AnalysisSettings,
 ) -> Result<ImageAnalysis, String> {
     let start = std::time::Instant::now();
+    let vision = on_working_copy(decoded, cfg, |work, rgb| see(probe, rgb, work, cfg))?;
+    tracing::debug!(total_ms = start.elapsed().as_millis() as u64, "analysis");
+    Ok(ImageAnalysis {
+        vision: Some(vision),
+        ..basic(probe)
+    })
+}
+
+/// Runs `f` on the working copy of `decoded` and its pixels.
+fn on_working_copy<T>(
+    decoded: &Image,
+    cfg: &AnalysisSettings,
+    f: impl FnOnce(&Image, &Rgb) -> vision::CvResult<T>,
+) -> Result<T, String> {
     let copy = working_copy(decoded, cfg.max_side).map_err(|e| e.to_string())?;
     let work = copy.as_ref().unwrap_or(decoded);
     let pixels = work.to_bytes().map_err(|e| e.to_string())?;
@@ -36,17 +50,7 @@ pub fn run(
         height: work.height(),
         data: &pixels,
     };
-    let prepare = start.elapsed();
-    let vision = see(probe, &rgb, work, cfg).map_err(|e| format!("opencv: {e}"))?;
-    tracing::debug!(
-        prepare_ms = prepare.as_millis() as u64,
-        total_ms = start.elapsed().as_millis() as u64,
-        "analysis"
-    );
-    Ok(ImageAnalysis {
-        vision: Some(vision),
-        ..basic(probe)
-    })
+    f(work, &rgb).map_err(|e| format!("opencv: {e}"))
 }
 
 /// An opaque 8-bit RGB image whose longest side is at most `max_side`: the decoded image
@@ -152,15 +156,7 @@ pub fn frame_score(
     cfg: &AnalysisSettings,
     faces: bool,
 ) -> Result<FrameScore, String> {
-    let copy = working_copy(decoded, cfg.max_side).map_err(|e| e.to_string())?;
-    let work = copy.as_ref().unwrap_or(decoded);
-    let pixels = work.to_bytes().map_err(|e| e.to_string())?;
-    let rgb = Rgb {
-        width: work.width(),
-        height: work.height(),
-        data: &pixels,
-    };
-    let score = || -> vision::CvResult<FrameScore> {
+    on_working_copy(decoded, cfg, |_, rgb| {
         let gray = rgb.gray()?;
         let (brightness, contrast) = vision::brightness(&gray)?;
         Ok(FrameScore {
@@ -173,8 +169,7 @@ pub fn frame_score(
                 0
             },
         })
-    };
-    score().map_err(|e| format!("opencv: {e}"))
+    })
 }
 
 /// Centre of the faces, weighted by area.

@@ -37,30 +37,9 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A test-pattern video with a tone: `secs` long, `w`x`h`, H.264 + AAC in MP4 (ffmpeg's lavfi
-/// sources, so tests can have inputs long enough to interrupt).
-pub fn synthetic_video(dir: &Path, secs: u32, w: u32, h: u32) -> PathBuf {
-    let out = dir.join(format!("synthetic-{secs}s-{w}x{h}.mp4"));
-    let status = Command::new("ffmpeg")
-        .args(["-v", "error", "-y", "-f", "lavfi", "-i"])
-        .arg(format!("testsrc2=size={w}x{h}:rate=25:duration={secs}"))
-        .args(["-f", "lavfi", "-i"])
-        .arg(format!("sine=duration={secs}"))
-        .args([
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-c:a",
-            "aac",
-            "-shortest",
-        ])
-        .arg(&out)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    out
-}
+pub mod synthetic;
+#[allow(unused_imports)]
+pub use synthetic::synthetic_video;
 
 #[allow(unused_imports)]
 pub use media_worker::media::video::exits_within;

@@ -151,17 +151,13 @@ mod tests {
         }
     }
 
+    /// The default profile's ladder (720p CRF 23, 480p CRF 26).
     fn ladder() -> Vec<Rendition> {
-        vec![
-            Rendition {
-                height: 720,
-                crf: 23,
-            },
-            Rendition {
-                height: 480,
-                crf: 26,
-            },
-        ]
+        crate::config::Settings::load_from(None, Vec::new())
+            .unwrap()
+            .profiles["default"]
+            .renditions
+            .clone()
     }
 
     #[test]

@@ -1,0 +1,29 @@
+//! Generated test inputs (also used by `benches/video.rs`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A test-pattern video with a tone: `secs` long, `w`x`h`, H.264 + AAC in MP4 (ffmpeg's lavfi
+/// sources, so tests can have inputs long enough to interrupt).
+pub fn synthetic_video(dir: &Path, secs: u32, w: u32, h: u32) -> PathBuf {
+    let out = dir.join(format!("synthetic-{secs}s-{w}x{h}.mp4"));
+    let status = Command::new("ffmpeg")
+        .args(["-v", "error", "-y", "-f", "lavfi", "-i"])
+        .arg(format!("testsrc2=size={w}x{h}:rate=25:duration={secs}"))
+        .args(["-f", "lavfi", "-i"])
+        .arg(format!("sine=duration={secs}"))
+        .args([
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-c:a",
+            "aac",
+            "-shortest",
+        ])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    out
+}
