@@ -317,3 +317,60 @@ fn a_failed_poster_degrades_the_job() {
     let a = o.analysis.as_ref().and_then(|a| a.video()).unwrap();
     assert_eq!(a.poster_time_ms, None);
 }
+
+#[test]
+fn a_webm_without_any_duration_is_transcoded() {
+    let dir = tempfile::tempdir().unwrap();
+    // Written to a pipe, the WebM muxer cannot go back to record the duration (as with
+    // browser MediaRecorder uploads).
+    let input = dir.path().join("no-duration.webm");
+    let out = Command::new("ffmpeg")
+        .args(["-v", "error", "-f", "lavfi", "-i"])
+        .arg("testsrc2=size=640x360:rate=25:duration=4")
+        .args([
+            "-c:v",
+            "libvpx-vp9",
+            "-deadline",
+            "realtime",
+            "-cpu-used",
+            "8",
+        ])
+        .args(["-f", "webm", "pipe:1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::fs::write(&input, out.stdout).unwrap();
+    let out_dir = dir.path().join("out");
+    let (o, a) = ok(&input, &out_dir);
+    assert_eq!(a.duration_ms, None, "the file does not say");
+    assert!(!a.has_audio);
+    let r = renditions(&o);
+    assert_eq!(r.len(), 1);
+    assert_plain_h264(&r[0].1);
+    assert!(
+        a.poster_time_ms.is_some(),
+        "a poster from the first seconds"
+    );
+}
+
+#[test]
+fn videos_over_the_limits_are_rejected_before_transcoding() {
+    let out = tempfile::tempdir().unwrap();
+    let clip = corpus("face_recognition_short_hamilton_clip.mp4");
+    for (key, value, what) in [
+        ("MAX_VIDEO_SECONDS", "5", "s limit"),
+        ("MAX_VIDEO_PIXELS", "100000", "pixels per frame"),
+    ] {
+        let f = run(&settings(&[(key, value)]), &clip, out.path()).unwrap_err();
+        assert_eq!(f.stage, Stage::Probe);
+        assert!(
+            matches!(&f.error, MediaError::LimitsExceeded(m) if m.contains(what)),
+            "{key}: {:?}",
+            f.error
+        );
+        assert!(
+            std::fs::read_dir(out.path()).unwrap().next().is_none(),
+            "nothing written"
+        );
+    }
+}

@@ -238,3 +238,30 @@ async fn until_limit<T>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_limit_raised_while_running_is_honoured() {
+        let limit = Arc::new(AtomicU64::new(100));
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let task = tokio::task::spawn_blocking(move || rx.recv().map(|_| 7));
+        // As a video job does once probed: raise the limit, then outlast the old one.
+        let raise = limit.clone();
+        let job = tokio::spawn(async move {
+            raise.store(60_000, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            tx.send(()).unwrap();
+        });
+        let r = until_limit(task, Instant::now(), &limit).await;
+        assert_eq!(r.unwrap().unwrap(), Ok(7));
+        job.await.unwrap();
+
+        let (_tx, rx) = std::sync::mpsc::channel::<()>();
+        let stuck = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(5)));
+        let r = until_limit(stuck, Instant::now(), &AtomicU64::new(100)).await;
+        assert_eq!(r.unwrap_err(), Duration::from_millis(100));
+    }
+}

@@ -43,7 +43,8 @@ pub fn run(
     cancel: &CancellationToken,
 ) -> Result<VideoProbe, MediaError> {
     let mut cmd = Command::new(&settings.ffprobe);
-    cmd.args(["-v", "error", "-print_format", "json"])
+    cmd.current_dir(log.parent().unwrap_or(Path::new(".")))
+        .args(["-v", "error", "-print_format", "json"])
         .args(["-show_format", "-show_streams"])
         .arg(input);
     let mut json = String::new();

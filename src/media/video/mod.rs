@@ -144,7 +144,7 @@ pub fn transcode_rung(
         &out,
     );
     let mut cmd = Command::new(&job.video.ffmpeg);
-    cmd.args(args);
+    cmd.args(args).current_dir(work);
     let log = work.join(format!("{height}p.log"));
     let (start, width) = rung.progress_share;
     let mut written = Duration::ZERO;

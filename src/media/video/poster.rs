@@ -83,7 +83,8 @@ fn extract(
     out: &Path,
 ) -> Command {
     let mut cmd = Command::new(&job.video.ffmpeg);
-    cmd.args(["-hide_banner", "-nostdin", "-v", "error", "-y"])
+    cmd.current_dir(out.parent().unwrap_or(Path::new(".")))
+        .args(["-hide_banner", "-nostdin", "-v", "error", "-y"])
         .args(["-threads", &job.ffmpeg_threads.to_string()])
         .args(["-ss", &format!("{:.3}", time.as_secs_f64()), "-i"])
         .arg(input)
