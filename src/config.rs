@@ -25,6 +25,7 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("OUTPUT_BUCKET", "storage.output_bucket"),
     ("S3_FORCE_PATH_STYLE", "storage.force_path_style"),
     ("S3_TIMEOUT_SECS", "storage.timeout_secs"),
+    ("S3_PROBE_INTERVAL_SECS", "storage.probe_interval_secs"),
     ("WORKER_ID", "worker.id"),
     ("WORKER_POOL_SIZE", "worker.pool_size"),
     ("RETRY_COUNT", "worker.retry_count"),
@@ -33,6 +34,7 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("SHUTDOWN_TIMEOUT_SECS", "worker.shutdown_timeout_secs"),
     ("VIPS_THREADS", "worker.vips_threads"),
     ("MEDIA_TIMEOUT_SECS", "worker.media_timeout_secs"),
+    ("MIN_SCRATCH_FREE_BYTES", "worker.min_scratch_free_bytes"),
     ("MAX_INPUT_BYTES", "limits.max_input_bytes"),
     ("MAX_IMAGE_PIXELS", "limits.max_image_pixels"),
     ("MAX_VIDEO_SECONDS", "limits.max_video_seconds"),
@@ -127,6 +129,8 @@ pub struct StorageSettings {
     pub force_path_style: bool,
     pub multipart_threshold_bytes: u64,
     pub timeout_secs: u64,
+    /// How often `/health/ready` checks the output bucket.
+    pub probe_interval_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -143,6 +147,8 @@ pub struct WorkerSettings {
     pub vips_threads: usize,
     /// Time limit for the native media work of one attempt.
     pub media_timeout_secs: u64,
+    /// Below this much free scratch space the worker reports not ready.
+    pub min_scratch_free_bytes: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -462,6 +468,9 @@ impl Settings {
         }
         if self.limits.max_input_bytes == 0 || self.limits.max_image_pixels == 0 {
             return invalid("limits", "limits must be positive");
+        }
+        if self.storage.probe_interval_secs == 0 {
+            return invalid("storage.probe_interval_secs", "must be positive");
         }
         if self.kafka.commit_interval_ms == 0 {
             return invalid("kafka.commit_interval_ms", "must be positive");

@@ -4,7 +4,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -18,9 +17,9 @@ use crate::kafka::{Acker, Delivery, KafkaSource, Publisher};
 use crate::media::vips;
 use crate::stages::validate;
 use crate::storage::Storage;
-use crate::telemetry::Metrics;
 use crate::telemetry::http::{self, HttpState};
 use crate::telemetry::tracecontext::child_traceparent;
+use crate::telemetry::{Health, Metrics};
 
 /// Everything a message task needs.
 struct Ctx {
@@ -70,12 +69,12 @@ pub async fn run(
     bound: Option<oneshot::Sender<SocketAddr>>,
 ) -> anyhow::Result<Exit> {
     let settings = svc.settings.clone();
-    let ready = Arc::new(AtomicBool::new(false));
+    let health = Arc::new(Health::new(settings.worker.min_scratch_free_bytes));
     let http_stop = CancellationToken::new();
     let state = HttpState {
         metrics: svc.metrics.clone(),
         registry: svc.registry.clone(),
-        ready: ready.clone(),
+        health: health.clone(),
         scratch_dir: settings.worker.tmp_dir.clone(),
     };
     let addr = http::serve(settings.http.addr, state, http_stop.clone()).await?;
@@ -84,7 +83,14 @@ pub async fn run(
         let _ = tx.send(addr);
     }
 
-    let (source, acker, mut deliveries) = KafkaSource::start(&settings, svc.metrics.clone())?;
+    let (source, acker, mut deliveries) =
+        KafkaSource::start(&settings, svc.metrics.clone(), health.clone())?;
+    tokio::spawn(probe_storage(
+        svc.storage.clone(),
+        settings.clone(),
+        health.clone(),
+        http_stop.clone(),
+    ));
     let publisher = Publisher::new(&settings.kafka, svc.metrics.clone())?;
     let ctx = Arc::new(Ctx {
         runner: JobRunner::new(svc.clone()),
@@ -93,7 +99,7 @@ pub async fn run(
         abandon: CancellationToken::new(),
     });
     let tasks = TaskTracker::new();
-    ready.store(true, Ordering::Relaxed);
+    health.set_consuming(true);
     tracing::info!(topic = %settings.kafka.request_topic, "consuming");
 
     loop {
@@ -109,7 +115,7 @@ pub async fn run(
 
     // Drain: not ready, no new messages, let in-flight jobs finish and publish.
     let deadline = Instant::now() + settings.shutdown_timeout();
-    ready.store(false, Ordering::Relaxed);
+    health.set_consuming(false);
     source.stop_fetching();
     tasks.close();
     // Keep a little of the budget for the final commit, leaving the group and flushing.
@@ -145,6 +151,30 @@ pub async fn run(
     http_stop.cancel();
     tracing::info!(?exit, "worker stopped");
     Ok(exit)
+}
+
+/// Checks the output bucket every `storage.probe_interval_secs` for `/health/ready` (a worker
+/// that cannot write its outputs should not take work).
+async fn probe_storage(
+    storage: Arc<dyn Storage>,
+    settings: Arc<Settings>,
+    health: Arc<Health>,
+    stop: CancellationToken,
+) {
+    let bucket = &settings.storage.output_bucket;
+    let period = Duration::from_secs(settings.storage.probe_interval_secs);
+    let mut every = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        let r = storage.check(bucket).await;
+        if let Err(e) = &r {
+            tracing::warn!(bucket = %bucket, error = %e, "output bucket check failed");
+        }
+        health.set_storage_ok(r.is_ok());
+    }
 }
 
 /// One message, start to finish. The offset is acked only once the response is published.

@@ -24,14 +24,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{Headers, Message};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Offset, Statistics, TopicPartitionList};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::offsets::{OffsetToken, OffsetTracker, Tp};
 use crate::config::Settings;
-use crate::telemetry::Metrics;
+use crate::telemetry::{Health, Metrics};
 
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -75,10 +75,35 @@ struct LoopState {
 struct SourceContext {
     state: Mutex<LoopState>,
     metrics: Arc<Metrics>,
+    health: Arc<Health>,
     revoke_drain: Duration,
 }
 
-impl ClientContext for SourceContext {}
+impl ClientContext for SourceContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if matches!(error, KafkaError::Global(RDKafkaErrorCode::AllBrokersDown)) {
+            self.health.set_broker_up(false);
+        }
+        tracing::warn!(error = %error, reason, "kafka client error");
+    }
+
+    /// librdkafka's statistics (every `statistics.interval.ms`): consumer lag per partition.
+    fn stats(&self, stats: Statistics) {
+        let up = stats.brokers.values().any(|b| b.state == "UP");
+        self.health.set_broker_up(up);
+        let lag = &self.metrics.consumer_lag;
+        // Only what is assigned now: revoked partitions disappear from the gauge.
+        lag.reset();
+        for topic in stats.topics.values() {
+            for p in topic.partitions.values() {
+                if p.partition >= 0 && p.consumer_lag >= 0 {
+                    lag.with_label_values(&[&p.partition.to_string()])
+                        .set(p.consumer_lag);
+                }
+            }
+        }
+    }
+}
 
 impl ConsumerContext for SourceContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -99,6 +124,7 @@ impl ConsumerContext for SourceContext {
     }
 
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        self.health.commit_result(result.is_ok());
         if let Err(e) = result {
             self.metrics.commit_failures.inc();
             tracing::warn!(error = %e, offsets = ?offsets.to_topic_map(), "offset commit failed");
@@ -172,6 +198,7 @@ impl SourceContext {
             }
             Err(e) => {
                 self.metrics.commit_failures.inc();
+                self.health.commit_result(false);
                 tracing::warn!(error = %e, ?positions, "offset commit failed");
             }
         }
@@ -235,6 +262,7 @@ impl KafkaSource {
     pub fn start(
         settings: &Settings,
         metrics: Arc<Metrics>,
+        health: Arc<Health>,
     ) -> KafkaResult<(KafkaSource, Acker, UnboundedReceiver<Delivery>)> {
         let (cmd_tx, cmd_rx) = std::sync::mpsc::channel();
         let (ev_tx, ev_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -247,6 +275,7 @@ impl KafkaSource {
                 paused: false,
             }),
             metrics,
+            health,
             revoke_drain: Duration::from_secs(settings.kafka.revoke_drain_secs),
         };
         let consumer: BaseConsumer<SourceContext> =

@@ -36,6 +36,8 @@ pub fn consumer_config(settings: &KafkaSettings) -> ClientConfig {
             ("enable.auto.offset.store", "false"),
             ("auto.offset.reset", "earliest"),
             ("partition.assignment.strategy", "cooperative-sticky"),
+            // Consumer lag per partition for /metrics (see consumer.rs).
+            ("statistics.interval.ms", "5000"),
         ],
     );
     if let Some(id) = &settings.group_instance_id {

@@ -47,6 +47,14 @@ impl LocalStorage {
 
 #[async_trait]
 impl Storage for LocalStorage {
+    async fn check(&self, bucket: &str) -> Result<(), StorageError> {
+        let dir = self.resolve(bucket, "probe")?;
+        let dir = dir.parent().expect("bucket dir");
+        tokio::fs::create_dir_all(dir)
+            .await
+            .map_err(|e| StorageError::Unavailable(format!("{}: {e}", dir.display())))
+    }
+
     async fn download(
         &self,
         src: &SourceRef,

@@ -67,4 +67,7 @@ pub trait Storage: Send + Sync {
         path: &Path,
         meta: &ObjectMeta<'_>,
     ) -> Result<(), StorageError>;
+
+    /// Whether `bucket` is reachable and exists (the readiness probe).
+    async fn check(&self, bucket: &str) -> Result<(), StorageError>;
 }

@@ -222,6 +222,16 @@ fn classify_write<E: ProvideErrorMetadata + std::fmt::Debug>(
 
 #[async_trait]
 impl Storage for S3Storage {
+    async fn check(&self, bucket: &str) -> Result<(), StorageError> {
+        self.client
+            .head_bucket()
+            .bucket(bucket)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| classify_write(e, bucket, ""))
+    }
+
     async fn download(
         &self,
         src: &SourceRef,

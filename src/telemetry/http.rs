@@ -2,7 +2,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::extract::State;
@@ -11,15 +10,14 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
-use super::Metrics;
+use super::{Health, Metrics};
 use crate::job::Registry;
 
 #[derive(Clone)]
 pub struct HttpState {
     pub metrics: Arc<Metrics>,
     pub registry: Registry,
-    /// True once consuming, false while starting and draining.
-    pub ready: Arc<AtomicBool>,
+    pub health: Arc<Health>,
     pub scratch_dir: std::path::PathBuf,
 }
 
@@ -27,19 +25,23 @@ async fn live() -> &'static str {
     "ok"
 }
 
+/// 200 when every check passes, else 503; the body says which.
 async fn ready(State(s): State<HttpState>) -> impl IntoResponse {
-    if s.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ready")
+    let r = s.health.readiness(&s.scratch_dir);
+    let status = if r.ready {
+        StatusCode::OK
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
-    }
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(r))
 }
 
 async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
-    if let Some(free) = crate::job::scratch::free_bytes(&s.scratch_dir) {
+    let r = s.health.readiness(&s.scratch_dir);
+    if let Some(free) = r.scratch_free_bytes {
         s.metrics.scratch_free_bytes.set(free as i64);
     }
-    s.metrics.ready.set(s.ready.load(Ordering::Relaxed) as i64);
+    s.metrics.ready.set(r.ready as i64);
     s.metrics.in_flight.set(s.registry.len() as i64);
     (
         [("content-type", "text/plain; version=0.0.4")],

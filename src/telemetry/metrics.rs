@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use prometheus::{
-    Counter, Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry, TextEncoder,
+    Counter, Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::job::Stage;
@@ -25,6 +25,7 @@ pub struct Metrics {
     pub rebalances: IntCounterVec,
     pub paused: IntGauge,
     pub assigned_partitions: IntGauge,
+    pub consumer_lag: IntGaugeVec,
     pub bytes_downloaded: IntCounter,
     pub bytes_uploaded: IntCounter,
     pub scratch_free_bytes: IntGauge,
@@ -43,6 +44,12 @@ fn name(n: &str) -> String {
 impl Metrics {
     pub fn new() -> Metrics {
         let registry = Registry::new();
+        // process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ...
+        registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .expect("process collector registers once");
         fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
             r.register(Box::new(c.clone()))
                 .expect("metric names are unique");
@@ -100,6 +107,18 @@ impl Metrics {
                 "1 while fetching is paused (in-flight bound or draining)",
             ),
             assigned_partitions: gauge("kafka_assigned_partitions", "Partitions assigned"),
+            consumer_lag: reg(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        name("kafka_consumer_lag"),
+                        "Messages behind the end of each assigned request partition (from \
+                         librdkafka statistics, every 5 s)",
+                    ),
+                    &["partition"],
+                )
+                .unwrap(),
+            ),
             bytes_downloaded: counter("downloaded_bytes_total", "Source bytes downloaded"),
             bytes_uploaded: counter("uploaded_bytes_total", "Output bytes uploaded"),
             scratch_free_bytes: gauge(

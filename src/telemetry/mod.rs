@@ -1,9 +1,11 @@
 //! Telemetry in one place: metrics, logs, trace context, and the HTTP endpoints serving them.
 
+pub mod health;
 pub mod http;
 mod metrics;
 pub mod tracecontext;
 
+pub use health::Health;
 pub use metrics::Metrics;
 
 /// JSON log lines on stderr; `RUST_LOG` filters (default `info`).

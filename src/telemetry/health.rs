@@ -1,0 +1,119 @@
+//! What `/health/ready` checks. Each part is set by the component that knows it: the worker
+//! (consuming, not draining), the consumer (broker reachable, commits going through), the
+//! storage probe (output bucket reachable); scratch space is read when asked.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use serde::Serialize;
+
+/// Consecutive failed offset commits after which the worker is not ready: its finished work is
+/// not being recorded, so a restart would redo it.
+pub const MAX_COMMIT_FAILURES: u32 = 3;
+
+#[derive(Debug)]
+pub struct Health {
+    consuming: AtomicBool,
+    broker_up: AtomicBool,
+    storage_ok: AtomicBool,
+    commit_failures: AtomicU32,
+    min_scratch_free: AtomicU64,
+}
+
+/// The answer of `/health/ready`.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct Readiness {
+    pub ready: bool,
+    /// Started and not draining.
+    pub consuming: bool,
+    /// At least one broker connection is up (librdkafka statistics and error events).
+    pub broker: bool,
+    /// The last probe of the output bucket succeeded.
+    pub storage: bool,
+    /// Free scratch space is above `worker.min_scratch_free_bytes`.
+    pub scratch: bool,
+    pub scratch_free_bytes: Option<u64>,
+    /// Fewer than `MAX_COMMIT_FAILURES` offset commits failed in a row.
+    pub commits: bool,
+}
+
+impl Health {
+    /// Not consuming yet; the other checks start optimistic until their first observation.
+    pub fn new(min_scratch_free_bytes: u64) -> Health {
+        Health {
+            consuming: AtomicBool::new(false),
+            broker_up: AtomicBool::new(true),
+            storage_ok: AtomicBool::new(true),
+            commit_failures: AtomicU32::new(0),
+            min_scratch_free: AtomicU64::new(min_scratch_free_bytes),
+        }
+    }
+
+    pub fn set_consuming(&self, on: bool) {
+        self.consuming.store(on, Ordering::Relaxed);
+    }
+    pub fn set_broker_up(&self, up: bool) {
+        self.broker_up.store(up, Ordering::Relaxed);
+    }
+    pub fn set_storage_ok(&self, ok: bool) {
+        self.storage_ok.store(ok, Ordering::Relaxed);
+    }
+    pub fn commit_result(&self, ok: bool) {
+        if ok {
+            self.commit_failures.store(0, Ordering::Relaxed);
+        } else {
+            self.commit_failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn readiness(&self, scratch_dir: &Path) -> Readiness {
+        let free = crate::job::scratch::free_bytes(scratch_dir);
+        let r = Readiness {
+            ready: false,
+            consuming: self.consuming.load(Ordering::Relaxed),
+            broker: self.broker_up.load(Ordering::Relaxed),
+            storage: self.storage_ok.load(Ordering::Relaxed),
+            scratch: free.is_none_or(|f| f >= self.min_scratch_free.load(Ordering::Relaxed)),
+            scratch_free_bytes: free,
+            commits: self.commit_failures.load(Ordering::Relaxed) < MAX_COMMIT_FAILURES,
+        };
+        Readiness {
+            ready: r.consuming && r.broker && r.storage && r.scratch && r.commits,
+            ..r
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_check_can_make_the_worker_unready() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = Health::new(0);
+        assert!(!h.readiness(dir.path()).ready, "not consuming yet");
+        h.set_consuming(true);
+        assert!(h.readiness(dir.path()).ready);
+
+        h.set_broker_up(false);
+        assert!(!h.readiness(dir.path()).ready);
+        h.set_broker_up(true);
+
+        h.set_storage_ok(false);
+        assert!(!h.readiness(dir.path()).storage);
+        h.set_storage_ok(true);
+
+        for _ in 0..MAX_COMMIT_FAILURES {
+            h.commit_result(false);
+        }
+        assert!(!h.readiness(dir.path()).commits);
+        h.commit_result(true);
+        assert!(h.readiness(dir.path()).ready);
+
+        let full = Health::new(u64::MAX);
+        full.set_consuming(true);
+        let r = full.readiness(dir.path());
+        assert!(!r.scratch && !r.ready && r.scratch_free_bytes.is_some());
+    }
+}
