@@ -58,7 +58,7 @@ enum Command {
 /// Exit codes: 0 done, 1 failure (or jobs abandoned at shutdown), 2 invalid configuration.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    crate::telemetry::init_logging();
+    let traces = crate::telemetry::init_logging();
     let settings = match Settings::load(cli.config.as_deref()) {
         Ok(s) => s,
         Err(e) => {
@@ -83,6 +83,7 @@ pub fn main() -> ExitCode {
     // Native work still running on blocking threads (an abandoned decode) must not hold the
     // exit: everything that matters is committed or flushed by now.
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    let _ = traces.shutdown();
     ExitCode::from(code)
 }
 

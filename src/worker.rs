@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::config::Settings;
 use crate::contract::{OptimizeResponse, WorkerInfo};
@@ -18,7 +19,7 @@ use crate::media::vips;
 use crate::stages::validate;
 use crate::storage::Storage;
 use crate::telemetry::http::{self, HttpState};
-use crate::telemetry::tracecontext::child_traceparent;
+use crate::telemetry::traces;
 use crate::telemetry::{Health, Metrics};
 
 /// Everything a message task needs.
@@ -177,12 +178,34 @@ async fn probe_storage(
     }
 }
 
-/// One message, start to finish. The offset is acked only once the response is published.
+/// One message, start to finish, in its `media.process_event` span (which continues the
+/// producer's trace).
 async fn handle(d: Delivery, ctx: Arc<Ctx>) {
+    let span = tracing::info_span!(
+        "media.process_event",
+        otel.kind = "consumer",
+        messaging.system = "kafka",
+        messaging.operation = "process",
+        messaging.destination.name = %d.topic,
+        messaging.kafka.destination.partition = d.partition,
+        messaging.kafka.message.offset = d.offset,
+        event.s3_key = tracing::field::Empty,
+        "media.type" = tracing::field::Empty,
+        job.retry_count = tracing::field::Empty,
+        processing.success = tracing::field::Empty,
+        error.code = tracing::field::Empty,
+    );
+    traces::continue_trace(&span, d.traceparent.as_deref());
+    handle_in_span(d, ctx, span.clone()).instrument(span).await
+}
+
+/// The offset is acked only once the response is published.
+async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
     let svc = ctx.runner.services();
     let started = Instant::now();
     let (response, job) = match validate::parse(d.payload.as_deref(), &svc.settings) {
         Ok(req) => {
+            span.record("event.s3_key", req.source.key.as_str());
             let job = svc.registry.start(&req.request_id, &req.media_id);
             let r = tokio::select! {
                 r = ctx.runner.run(&req, &job) => r,
@@ -196,6 +219,14 @@ async fn handle(d: Delivery, ctx: Arc<Ctx>) {
         }
     };
     record(svc, &response, started);
+    if let Some(m) = response.media_type {
+        span.record("media.type", m.as_str());
+    }
+    span.record("job.retry_count", i64::from(response.attempts.saturating_sub(1)));
+    span.record("processing.success", response.success);
+    if let Some(e) = &response.error {
+        span.record("error.code", e.code.as_str());
+    }
     if let Some(job) = &job {
         job.stage(Stage::Publish);
     }
@@ -206,13 +237,22 @@ async fn handle(d: Delivery, ctx: Arc<Ctx>) {
         .filter(|m| validate::is_valid_id(m))
         .unwrap_or_else(|| format!("{}-{}-{}", d.topic, d.partition, d.offset));
     let payload = serde_json::to_vec(&response).expect("response serialises");
-    let traceparent = d.traceparent.as_deref().and_then(child_traceparent);
+    let publish = tracing::info_span!(
+        "kafka.send_processing_result",
+        otel.kind = "producer",
+        messaging.system = "kafka",
+        messaging.operation = "publish",
+        messaging.destination.name = %svc.settings.kafka.response_topic,
+        messaging.kafka.message.key = %key,
+    );
+    let traceparent = traces::traceparent_of(&publish);
     let t = Instant::now();
-    match ctx
+    let published = ctx
         .publisher
         .publish(&key, &payload, traceparent.as_deref(), &ctx.abandon)
-        .await
-    {
+        .instrument(publish)
+        .await;
+    match published {
         Ok(()) => {
             svc.metrics.observe_stage(Stage::Publish, t.elapsed());
             ctx.acker.finished(d.token);

@@ -40,6 +40,11 @@ impl Stage {
         Stage::Publish,
     ];
 
+    /// The trace span of an async stage.
+    pub fn span_name(self) -> String {
+        format!("media.{}", self.as_str())
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Stage::Validate => "validate",

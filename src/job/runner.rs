@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::config::Settings;
 use crate::contract::{OptimizeRequest, OptimizeResponse, WorkerInfo};
@@ -68,6 +69,16 @@ impl JobRunner {
 
     /// Runs a request to its final response. Never fails: a failure is a response too.
     pub async fn run(&self, req: &OptimizeRequest, job: &JobHandle) -> OptimizeResponse {
+        let span = tracing::info_span!(
+            "media.process_job_with_retry",
+            job.retry_count = tracing::field::Empty
+        );
+        let r = self.run_attempts(req, job).instrument(span.clone()).await;
+        span.record("job.retry_count", i64::from(r.attempts.saturating_sub(1)));
+        r
+    }
+
+    async fn run_attempts(&self, req: &OptimizeRequest, job: &JobHandle) -> OptimizeResponse {
         let started = Instant::now();
         let settings = &self.svc.settings;
         let max_attempts = settings.worker.retry_count + 1;
@@ -75,7 +86,8 @@ impl JobRunner {
         let ending = loop {
             attempt += 1;
             job.attempt(attempt);
-            let result = self.attempt(req, job).await;
+            let span = tracing::info_span!("media.process_job", job.attempt = attempt);
+            let result = self.attempt(req, job).instrument(span).await;
             match result {
                 Ok(done) => break Ending::Done(done),
                 Err((failure, _)) if failure.error.is_transient() && attempt < max_attempts => {
@@ -141,7 +153,10 @@ impl JobRunner {
         let cancel = self.abort.child_token();
         let (announced, token) = (limit.clone(), cancel.clone());
         let started = Instant::now();
+        // The media code's spans (image.analyze, ...) belong under this attempt's span.
+        let parent = tracing::Span::current();
         let native = tokio::task::spawn_blocking(move || {
+            let _span = parent.enter();
             let _permit = permit;
             let _busy = metrics.busy_permit();
             let mut current: Option<(Stage, Instant)> = None;
@@ -213,7 +228,8 @@ impl JobRunner {
     ) -> Result<T, Failure> {
         job.stage(stage);
         let t = Instant::now();
-        let r = fut.await.map_err(Failure::at(stage));
+        let span = tracing::info_span!("stage", otel.name = stage.span_name());
+        let r = fut.instrument(span).await.map_err(Failure::at(stage));
         self.svc.metrics.observe_stage(stage, t.elapsed());
         r
     }

@@ -175,7 +175,8 @@ pub fn process(
     let unsupported = |m: &str| Err(at(Stage::Probe)(MediaError::Unsupported(m.into())));
     match sniff::sniff_file(input).map_err(|e| at(Stage::Probe)(e.into()))? {
         Sniffed::Image(format) => image(job, input, format, out_dir, ctl),
-        Sniffed::Video => video::process(job, input, out_dir, ctl),
+        Sniffed::Video => tracing::info_span!("media.process_video")
+            .in_scope(|| video::process(job, input, out_dir, ctl)),
         Sniffed::Svg => unsupported("SVG (vector) input is not accepted"),
         Sniffed::Empty => Err(at(Stage::Probe)(MediaError::Corrupt(
             "the file is empty".into(),
@@ -213,6 +214,7 @@ fn image(
     let analysis = analyse.then(|| {
         // Analysis never fails the job: on error (or a panic in native code) the variants still
         // ship, with a warning.
+        let _span = tracing::info_span!("image.analyze").entered();
         let message = match unwind(|| analyze::run(&probe, &decoded, &job.analysis)) {
             Ok(a) => return a,
             Err(e) => e,
@@ -229,7 +231,8 @@ fn image(
         .map(|v| v.focal_point);
 
     ctl.emit(Event::Stage(Stage::Transform));
-    let files = transform::run(&decoded, &probe, &job.profile, focal, out_dir)
+    let files = tracing::info_span!("image.compress")
+        .in_scope(|| transform::run(&decoded, &probe, &job.profile, focal, out_dir))
         .map_err(at(Stage::Transform))?;
     Ok(MediaOutput {
         media_type: MediaType::Image,

@@ -3,19 +3,30 @@
 pub mod health;
 pub mod http;
 mod metrics;
-pub mod tracecontext;
+pub mod traces;
 
 pub use health::Health;
 pub use metrics::Metrics;
 
-/// JSON log lines on stderr; `RUST_LOG` filters (default `info`).
-pub fn init_logging() {
-    use tracing_subscriber::EnvFilter;
+/// JSON log lines on stderr (`RUST_LOG` filters, default `info`) and trace spans (see
+/// [`traces`]; their own filter, so a quiet log keeps its traces). Shut the returned provider
+/// down at exit: that flushes the spans.
+pub fn init_logging() -> opentelemetry_sdk::trace::SdkTracerProvider {
+    use tracing_subscriber::filter::{EnvFilter, Targets};
+    use tracing_subscriber::prelude::*;
+    let provider = traces::provider_from_env();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt::layer()
         .json()
-        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_current_span(false)
+        .with_span_list(false)
+        .with_filter(filter);
+    let spans = traces::layer(&provider)
+        .with_filter(Targets::new().with_target("media_worker", tracing::Level::INFO));
+    let _ = tracing_subscriber::registry()
+        .with(logs)
+        .with(spans)
         .try_init();
+    provider
 }

@@ -1,0 +1,190 @@
+//! The span tree of a job, exported to OpenTelemetry's in-memory exporter: the real worker
+//! in-process (consumer, runner, publisher) against rdkafka's MockCluster and a local store.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use media_worker::config::Settings;
+use media_worker::contract::OptimizeRequest;
+use media_worker::storage::LocalStorage;
+use media_worker::telemetry::traces;
+use media_worker::worker;
+use opentelemetry::Value;
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::util::Timeout;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::prelude::*;
+
+const GOOD_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const BAD_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+const PRODUCER_SPAN: &str = "00f067aa0ba902b7";
+
+fn attr(span: &SpanData, key: &str) -> Option<Value> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.clone())
+}
+
+/// The spans of one trace, by name (each name once per trace here).
+fn tree(spans: &[SpanData], trace: &str) -> HashMap<String, SpanData> {
+    spans
+        .iter()
+        .filter(|s| s.span_context.trace_id().to_string() == trace)
+        .map(|s| (s.name.to_string(), s.clone()))
+        .collect()
+}
+
+fn child_of(spans: &HashMap<String, SpanData>, child: &str, parent: &str) {
+    let c = spans
+        .get(child)
+        .unwrap_or_else(|| panic!("no {child} span"));
+    let p = spans
+        .get(parent)
+        .unwrap_or_else(|| panic!("no {parent} span"));
+    assert_eq!(
+        c.parent_span_id,
+        p.span_context.span_id(),
+        "{child} is a child of {parent}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_one_span_tree_that_continues_the_producers_trace() {
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    tracing_subscriber::registry()
+        .with(traces::layer(&provider))
+        .init();
+
+    let cluster = MockCluster::new(1).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
+    let env = [
+        ("KAFKA_BOOTSTRAP_SERVERS", cluster.bootstrap_servers()),
+        ("HTTP_ADDR", "127.0.0.1:0".to_owned()),
+        ("TMP_DIR", tmp.path().join("scratch").display().to_string()),
+    ];
+    let settings = Settings::load_from(None, env.map(|(k, v)| (k.to_owned(), v))).unwrap();
+    let (requests, responses) = (
+        settings.kafka.request_topic.clone(),
+        settings.kafka.response_topic.clone(),
+    );
+    cluster.create_topic(&requests, 1, 1).unwrap();
+    cluster.create_topic(&responses, 1, 1).unwrap();
+    let storage = LocalStorage::new(tmp.path().join("store")).with_bucket("uploads", &corpus);
+    let svc = worker::services(Arc::new(settings), Arc::new(storage)).unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(worker::run(svc, stop.clone(), None));
+
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap_servers())
+        .create()
+        .unwrap();
+    for (media_id, key, trace) in [
+        ("good", "rails_racecar.jpg", GOOD_TRACE),
+        ("missing", "no-such-file.jpg", BAD_TRACE),
+    ] {
+        let req = OptimizeRequest::new(
+            format!("req-{media_id}"),
+            media_id.to_owned(),
+            "u1",
+            "uploads",
+            key.to_owned(),
+        );
+        let payload = serde_json::to_vec(&req).unwrap();
+        let tp = format!("00-{trace}-{PRODUCER_SPAN}-01");
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "traceparent",
+            value: Some(tp.as_str()),
+        });
+        producer
+            .send(
+                FutureRecord::to(&requests)
+                    .key(media_id)
+                    .payload(&payload)
+                    .headers(headers),
+                Timeout::Never,
+            )
+            .await
+            .unwrap();
+    }
+
+    let reader: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap_servers())
+        .set("group.id", "trace-reader")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    reader.subscribe(&[responses.as_str()]).unwrap();
+    let mut sent: HashMap<String, String> = HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while sent.len() < 2 && Instant::now() < deadline {
+        let polled = tokio::task::block_in_place(|| reader.poll(Duration::from_millis(200)));
+        if let Some(Ok(m)) = polled {
+            let key = String::from_utf8_lossy(m.key().unwrap()).into_owned();
+            let tp = m
+                .headers()
+                .and_then(|h| h.iter().find(|h| h.key == "traceparent"))
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .expect("the response carries a traceparent");
+            sent.insert(key, tp);
+        }
+    }
+    assert_eq!(sent.len(), 2, "both responses published");
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+
+    let good = tree(&spans, GOOD_TRACE);
+    let root = &good["media.process_event"];
+    assert_eq!(
+        root.parent_span_id.to_string(),
+        PRODUCER_SPAN,
+        "continues the producer's span"
+    );
+    assert_eq!(attr(root, "event.s3_key"), Some("rails_racecar.jpg".into()));
+    assert_eq!(attr(root, "media.type"), Some("image".into()));
+    assert_eq!(attr(root, "processing.success"), Some(true.into()));
+    assert_eq!(attr(root, "job.retry_count"), Some(0i64.into()));
+    assert_eq!(attr(root, "messaging.system"), Some("kafka".into()));
+    assert_eq!(attr(root, "error.code"), None);
+    child_of(&good, "media.process_job_with_retry", "media.process_event");
+    child_of(&good, "media.process_job", "media.process_job_with_retry");
+    for stage in [
+        "media.download",
+        "image.analyze",
+        "image.compress",
+        "media.upload",
+    ] {
+        child_of(&good, stage, "media.process_job");
+    }
+    child_of(&good, "kafka.send_processing_result", "media.process_event");
+    let publish = &good["kafka.send_processing_result"];
+    assert_eq!(
+        sent["good"],
+        format!("00-{GOOD_TRACE}-{}-01", publish.span_context.span_id()),
+        "the response's traceparent is the publish span"
+    );
+
+    let bad = tree(&spans, BAD_TRACE);
+    let root = &bad["media.process_event"];
+    assert_eq!(attr(root, "processing.success"), Some(false.into()));
+    assert_eq!(attr(root, "error.code"), Some("source_not_found".into()));
+    child_of(&bad, "media.download", "media.process_job");
+    assert!(
+        !bad.contains_key("image.compress"),
+        "no work after a failed download"
+    );
+}
