@@ -26,6 +26,20 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    pub const ALL: [ErrorCode; 11] = [
+        Self::InvalidRequest,
+        Self::SourceNotFound,
+        Self::SourceAccessDenied,
+        Self::InputTooLarge,
+        Self::UnsupportedMedia,
+        Self::CorruptInput,
+        Self::LimitsExceeded,
+        Self::TransformFailed,
+        Self::StorageUnavailable,
+        Self::Timeout,
+        Self::Internal,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::InvalidRequest => "invalid_request",

@@ -222,7 +222,10 @@ async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
     if let Some(m) = response.media_type {
         span.record("media.type", m.as_str());
     }
-    span.record("job.retry_count", i64::from(response.attempts.saturating_sub(1)));
+    span.record(
+        "job.retry_count",
+        i64::from(response.attempts.saturating_sub(1)),
+    );
     span.record("processing.success", response.success);
     if let Some(e) = &response.error {
         span.record("error.code", e.code.as_str());

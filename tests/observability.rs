@@ -158,3 +158,97 @@ async fn readiness_follows_the_output_store() {
         ready().filter(|(status, _)| *status == 200)
     });
 }
+
+/// Every `expr` (PromQL) in a JSON or YAML tree.
+fn exprs(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                match (k.as_str(), v) {
+                    ("expr", serde_json::Value::String(e)) => out.push(e.clone()),
+                    _ => exprs(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| exprs(v, out)),
+        _ => {}
+    }
+}
+
+/// Metric names in PromQL: ours and the process collector's.
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for prefix in ["media_worker_", "process_"] {
+        let mut rest = expr;
+        while let Some(at) = rest.find(prefix) {
+            let name: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            rest = &rest[at + name.len()..];
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// The Grafana dashboard and the alert rules parse, and every metric they use is exported by a
+/// running worker (from its first scrape: every known label set starts at zero). Every
+/// exported metric is documented in docs/metrics.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboards_and_alerts_use_only_exported_metrics() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("deploy/grafana/media-worker.json")).unwrap(),
+    )
+    .expect("dashboard is JSON");
+    let rules: serde_json::Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(root.join("deploy/k8s/prometheus-rules.yaml")).unwrap(),
+    )
+    .expect("rules are YAML");
+    assert_eq!(rules["kind"], "PrometheusRule");
+    let mut all = Vec::new();
+    exprs(&dashboard, &mut all);
+    let panels = all.len();
+    exprs(&rules, &mut all);
+    assert!(
+        panels >= 10 && all.len() > panels,
+        "{panels} panel queries, {} in all",
+        all.len()
+    );
+
+    let stack = Stack::start(1).await;
+    let worker = Worker::start(&stack.worker_env("g-dash"));
+    worker.wait_ready();
+    // Lag comes with the first librdkafka statistics.
+    wait_for("consumer lag", MINUTE, || {
+        worker
+            .metric("media_worker_kafka_consumer_lag{")
+            .map(|_| ())
+    });
+    let exported: std::collections::BTreeSet<String> = samples(&worker)
+        .keys()
+        .map(|k| k.split(['{', ' ']).next().unwrap().to_owned())
+        .collect();
+    for e in &all {
+        for name in metric_names(e) {
+            assert!(
+                exported.contains(&name),
+                "{name} (in `{e}`) is not exported"
+            );
+        }
+    }
+    let documented = std::fs::read_to_string(root.join("docs/metrics.md")).unwrap();
+    for name in exported.iter().filter(|n| n.starts_with("media_worker_")) {
+        let base = name
+            .trim_end_matches("_bucket")
+            .trim_end_matches("_sum")
+            .trim_end_matches("_count");
+        assert!(
+            documented.contains(base),
+            "{base} is not in docs/metrics.md"
+        );
+    }
+    // Credentials never reach the log.
+    assert!(!worker.log().contains(SECRET_KEY));
+}

@@ -96,10 +96,20 @@ impl ClientContext for SourceContext {
         lag.reset();
         for topic in stats.topics.values() {
             for p in topic.partitions.values() {
-                if p.partition >= 0 && p.consumer_lag >= 0 {
-                    lag.with_label_values(&[&p.partition.to_string()])
-                        .set(p.consumer_lag);
+                if p.partition < 0 || !p.desired {
+                    continue;
                 }
+                // librdkafka's lag needs a committed offset; before the group's first commit
+                // the backlog is everything from the start of the log.
+                let behind = if p.consumer_lag >= 0 {
+                    p.consumer_lag
+                } else if p.hi_offset >= 0 {
+                    p.hi_offset - p.lo_offset.max(0)
+                } else {
+                    continue;
+                };
+                lag.with_label_values(&[&p.partition.to_string()])
+                    .set(behind);
             }
         }
     }

@@ -7,6 +7,7 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use crate::error::ErrorCode;
 use crate::job::Stage;
 
 pub struct Metrics {
@@ -67,7 +68,7 @@ impl Metrics {
             let opts = HistogramOpts::new(name(n), help).buckets(DURATION_BUCKETS.to_vec());
             reg(&registry, HistogramVec::new(opts, labels).unwrap())
         };
-        Metrics {
+        let m = Metrics {
             requests_received: counter(
                 "requests_received_total",
                 "Request messages received from Kafka",
@@ -136,6 +137,32 @@ impl Metrics {
             ),
             ready: gauge("ready", "1 when ready to take work"),
             registry,
+        };
+        m.init_series();
+        m
+    }
+
+    /// Every known label combination starts at 0, so `rate()` and alerts see a zero rather
+    /// than a missing series before the first event.
+    fn init_series(&self) {
+        self.jobs.with_label_values(&["completed", ""]);
+        self.jobs.with_label_values(&["degraded", ""]);
+        for code in ErrorCode::ALL {
+            self.jobs.with_label_values(&["failed", code.as_str()]);
+            if code == ErrorCode::StorageUnavailable {
+                self.retries.with_label_values(&[code.as_str()]);
+            }
+        }
+        for media_type in ["image", "video", "unknown"] {
+            for outcome in ["completed", "degraded", "failed"] {
+                self.job_duration.with_label_values(&[media_type, outcome]);
+            }
+        }
+        for stage in Stage::ALL {
+            self.stage_duration.with_label_values(&[stage.as_str()]);
+        }
+        for kind in ["assign", "revoke", "error"] {
+            self.rebalances.with_label_values(&[kind]);
         }
     }
 
