@@ -52,6 +52,9 @@ pub struct OptimizeRequest {
     /// A profile name from the configuration; `default` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// Process again even when a stored result for the same source version and profile exists.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub force: bool,
 }
 
 impl OptimizeRequest {
@@ -74,6 +77,7 @@ impl OptimizeRequest {
             },
             media_type: None,
             profile: None,
+            force: false,
         }
     }
 
@@ -273,6 +277,10 @@ pub struct OptimizeResponse {
     pub worker: WorkerInfo,
     /// RFC 3339, UTC.
     pub completed_at: String,
+    /// True when answered from the stored manifest of an earlier processing of the same
+    /// source version with the same profile (nothing was downloaded or transformed).
+    #[serde(default)]
+    pub replayed: bool,
 }
 
 /// The JSON Schemas of the contract, as (file name, pretty JSON).

@@ -322,6 +322,70 @@ async fn storage_outage_is_retried_then_reported_and_recovers() {
     assert_eq!(r.attempts, 1);
 }
 
+/// A repeated request is answered from the manifest (no download, no transform) while the
+/// source and profile are unchanged; a new source version, another profile or `force`
+/// process it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_requests_replay_the_stored_result() {
+    let stack = Stack::start(1).await;
+    let worker = Worker::start(&stack.worker_env("g-replay"));
+    worker.wait_ready();
+    let responses = stack.responses();
+    stack.upload_corpus("rails_racecar.jpg").await;
+    let first = request("rp", "rails_racecar.jpg");
+    stack.send(&first).await;
+    let r1 = responses.take(1, MINUTE).remove(0).body;
+    assert_eq!((r1.status, r1.replayed), (Status::Completed, false));
+    let manifest = stack
+        .get(OUTPUT_BUCKET, "user-1/images/rp/manifest.json")
+        .await;
+    assert_eq!(manifest.1.as_deref(), Some("application/json"));
+    let downloaded = worker.metric("media_worker_downloaded_bytes_total ");
+
+    let mut again = first.clone();
+    again.request_id = "req-rp-again".into();
+    stack.send(&again).await;
+    let r2 = responses.take(1, MINUTE).remove(0).body;
+    assert!(r2.replayed, "answered from the manifest");
+    assert_eq!(
+        r2.request_id.as_deref(),
+        Some("req-rp-again"),
+        "ids are this request's"
+    );
+    assert_eq!(
+        (r2.outputs.clone(), r2.analysis.clone()),
+        (r1.outputs.clone(), r1.analysis.clone())
+    );
+    assert_eq!(
+        worker.metric("media_worker_downloaded_bytes_total "),
+        downloaded,
+        "nothing downloaded"
+    );
+    assert_eq!(worker.metric("media_worker_replays_total "), Some(1.0));
+
+    // Another profile, `force`, and a new version of the source are processed again.
+    let other_profile = first.clone().with_profile("variants");
+    let mut forced = first.clone();
+    forced.force = true;
+    for req in [other_profile, forced] {
+        stack.send(&req).await;
+        let r = responses.take(1, MINUTE).remove(0).body;
+        assert_eq!((r.status, r.replayed), (Status::Completed, false));
+    }
+    stack
+        .upload_file("rails_racecar.jpg", &corpus("sharp_4.webp"))
+        .await;
+    stack.send(&first).await;
+    let r = responses.take(1, MINUTE).remove(0).body;
+    assert_eq!(
+        (r.status, r.replayed),
+        (Status::Completed, false),
+        "new ETag"
+    );
+    assert_ne!(r.analysis, r1.analysis, "the new source was analysed");
+    assert_eq!(worker.metric("media_worker_replays_total "), Some(1.0));
+}
+
 /// (f) the same request twice → identical keys and bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redelivery_writes_identical_outputs() {
@@ -329,10 +393,12 @@ async fn redelivery_writes_identical_outputs() {
     let _worker = Worker::start(&stack.worker_env("g-f"));
     let responses = stack.responses();
     stack.upload_corpus("sharp_5_webp_a.webp").await;
-    let req = request("twice", "sharp_5_webp_a.webp");
+    let mut req = request("twice", "sharp_5_webp_a.webp");
     let mut runs = Vec::new();
     for _ in 0..2 {
         stack.send(&req).await;
+        // The second time, processed again rather than answered from the manifest.
+        req.force = true;
         let r = responses.take(1, MINUTE).remove(0).body;
         assert_eq!(r.status, Status::Completed);
         let mut objects = BTreeMap::new();

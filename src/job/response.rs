@@ -18,6 +18,8 @@ pub struct Done {
     pub outputs: Vec<Output>,
     pub analysis: Option<Analysis>,
     pub warnings: Vec<Warning>,
+    /// Answered from a stored manifest (see `stages::replay`).
+    pub replayed: bool,
 }
 
 /// How a job ended.
@@ -51,6 +53,7 @@ fn base(worker: &WorkerInfo, started: Instant) -> OptimizeResponse {
         duration_ms: started.elapsed().as_millis() as u64,
         worker: worker.clone(),
         completed_at: now_rfc3339(),
+        replayed: false,
     }
 }
 
@@ -81,6 +84,7 @@ pub fn for_request(
             r.outputs = done.outputs;
             r.analysis = done.analysis;
             r.warnings = done.warnings;
+            r.replayed = done.replayed;
         }
         Ending::Failed { failure, source } => {
             r.source = source.or_else(|| {

@@ -12,7 +12,7 @@ use tracing::Instrument;
 use crate::config::Settings;
 use crate::contract::{OptimizeRequest, OptimizeResponse, WorkerInfo};
 use crate::media::{self, Control, Event, MediaJob};
-use crate::stages::{download, upload};
+use crate::stages::{download, replay, upload};
 use crate::storage::Storage;
 use crate::telemetry::Metrics;
 
@@ -80,6 +80,13 @@ impl JobRunner {
 
     async fn run_attempts(&self, req: &OptimizeRequest, job: &JobHandle) -> OptimizeResponse {
         let started = Instant::now();
+        // A redelivered or repeated request whose result is stored: answered from it.
+        job.stage(Stage::Download);
+        if let Some(done) = replay::lookup(&self.svc, req).await {
+            self.svc.metrics.replays.inc();
+            tracing::info!(job = job.id(), "answered from the stored manifest");
+            return response::for_request(&self.svc.worker, req, Ending::Done(done), 1, started);
+        }
         let settings = &self.svc.settings;
         let max_attempts = settings.worker.retry_count + 1;
         let mut attempt = 0;
@@ -201,22 +208,28 @@ impl JobRunner {
             }
         };
 
-        let outputs = self
-            .timed(
-                job,
-                Stage::Upload,
-                upload::run(svc, req, media.media_type, &media.files),
-            )
+        // The outputs, then the manifest, last: its presence means they all exist.
+        let media_type = media.media_type;
+        let (files, analysis, warnings) = (media.files, media.analysis, media.warnings);
+        let (src, scratch_path) = (source.clone(), scratch.path().to_owned());
+        let done = self
+            .timed(job, Stage::Upload, async move {
+                let outputs = upload::run(svc, req, media_type, &files).await?;
+                let done = Done {
+                    source: src,
+                    media_type,
+                    outputs,
+                    analysis,
+                    warnings,
+                    replayed: false,
+                };
+                replay::record(svc, req, &done, &scratch_path).await?;
+                Ok::<_, crate::storage::StorageError>(done)
+            })
             .await
-            .map_err(|f| (f, Some(source.clone())))?;
+            .map_err(|f| (f, Some(source)))?;
         drop(scratch);
-        Ok(Done {
-            source,
-            media_type: media.media_type,
-            outputs,
-            analysis: media.analysis,
-            warnings: media.warnings,
-        })
+        Ok(done)
     }
 
     /// Runs an async stage, recording it in the registry and the stage histogram.

@@ -2,5 +2,6 @@
 //! Publish is the Kafka producer's (see `kafka::producer`).
 
 pub mod download;
+pub mod replay;
 pub mod upload;
 pub mod validate;

@@ -43,24 +43,9 @@ impl LocalStorage {
             .unwrap_or_else(|| self.root.join(bucket));
         Ok(dir.join(rel))
     }
-}
 
-#[async_trait]
-impl Storage for LocalStorage {
-    async fn check(&self, bucket: &str) -> Result<(), StorageError> {
-        let dir = self.resolve(bucket, "probe")?;
-        let dir = dir.parent().expect("bucket dir");
-        tokio::fs::create_dir_all(dir)
-            .await
-            .map_err(|e| StorageError::Unavailable(format!("{}: {e}", dir.display())))
-    }
-
-    async fn download(
-        &self,
-        src: &SourceRef,
-        dest: &Path,
-        max_bytes: u64,
-    ) -> Result<SourceObject, StorageError> {
+    /// The file behind `src` and its metadata.
+    async fn object(&self, src: &SourceRef) -> Result<(PathBuf, std::fs::Metadata), StorageError> {
         let path = self.resolve(&src.bucket, &src.key)?;
         let meta = match tokio::fs::metadata(&path).await {
             Ok(m) if m.is_file() => m,
@@ -84,6 +69,40 @@ impl Storage for LocalStorage {
                 });
             }
         };
+        Ok((path, meta))
+    }
+}
+
+/// Size and modification time, like a web server's weak ETag.
+fn etag_of(meta: &std::fs::Metadata) -> String {
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+    format!(
+        "\"{:x}-{:x}\"",
+        meta.len(),
+        mtime.map(|d| d.as_nanos()).unwrap_or(0)
+    )
+}
+
+#[async_trait]
+impl Storage for LocalStorage {
+    async fn check(&self, bucket: &str) -> Result<(), StorageError> {
+        let dir = self.resolve(bucket, "probe")?;
+        let dir = dir.parent().expect("bucket dir");
+        tokio::fs::create_dir_all(dir)
+            .await
+            .map_err(|e| StorageError::Unavailable(format!("{}: {e}", dir.display())))
+    }
+
+    async fn download(
+        &self,
+        src: &SourceRef,
+        dest: &Path,
+        max_bytes: u64,
+    ) -> Result<SourceObject, StorageError> {
+        let (path, meta) = self.object(src).await?;
         if meta.len() > max_bytes {
             return Err(StorageError::TooLarge {
                 size: meta.len(),
@@ -91,18 +110,25 @@ impl Storage for LocalStorage {
             });
         }
         let size = tokio::fs::copy(&path, dest).await?;
-        let mtime = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
-        let etag = format!(
-            "\"{size:x}-{:x}\"",
-            mtime.map(|d| d.as_nanos()).unwrap_or(0)
-        );
         Ok(SourceObject {
             size_bytes: size,
-            etag: Some(etag),
+            etag: Some(etag_of(&meta)),
         })
+    }
+
+    async fn etag(&self, src: &SourceRef) -> Result<Option<String>, StorageError> {
+        Ok(Some(etag_of(&self.object(src).await?.1)))
+    }
+
+    async fn read(&self, src: &SourceRef, max_bytes: u64) -> Result<Vec<u8>, StorageError> {
+        let (path, meta) = self.object(src).await?;
+        if meta.len() > max_bytes {
+            return Err(StorageError::TooLarge {
+                size: meta.len(),
+                limit: max_bytes,
+            });
+        }
+        Ok(tokio::fs::read(&path).await?)
     }
 
     async fn upload(

@@ -68,6 +68,12 @@ pub trait Storage: Send + Sync {
         meta: &ObjectMeta<'_>,
     ) -> Result<(), StorageError>;
 
+    /// The object's current ETag (a HEAD request), `None` when the store gives none.
+    async fn etag(&self, src: &SourceRef) -> Result<Option<String>, StorageError>;
+
+    /// A small object, whole (at most `max_bytes`).
+    async fn read(&self, src: &SourceRef, max_bytes: u64) -> Result<Vec<u8>, StorageError>;
+
     /// Whether `bucket` is reachable and exists (the readiness probe).
     async fn check(&self, bucket: &str) -> Result<(), StorageError>;
 }

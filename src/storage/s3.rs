@@ -222,6 +222,41 @@ fn classify_write<E: ProvideErrorMetadata + std::fmt::Debug>(
 
 #[async_trait]
 impl Storage for S3Storage {
+    async fn etag(&self, src: &SourceRef) -> Result<Option<String>, StorageError> {
+        let head = self
+            .client
+            .head_object()
+            .bucket(&src.bucket)
+            .key(&src.key)
+            .send()
+            .await
+            .map_err(|e| classify_read(e, src))?;
+        Ok(head.e_tag().map(str::to_owned))
+    }
+
+    async fn read(&self, src: &SourceRef, max_bytes: u64) -> Result<Vec<u8>, StorageError> {
+        let resp = self
+            .client
+            .get_object()
+            .bucket(&src.bucket)
+            .key(&src.key)
+            .send()
+            .await
+            .map_err(|e| classify_read(e, src))?;
+        if let Some(len) = resp.content_length().filter(|l| *l as u64 > max_bytes) {
+            return Err(StorageError::TooLarge {
+                size: len as u64,
+                limit: max_bytes,
+            });
+        }
+        let bytes = resp
+            .body
+            .collect()
+            .await
+            .map_err(|e| StorageError::Unavailable(format!("read interrupted: {e}")))?;
+        Ok(bytes.into_bytes().to_vec())
+    }
+
     async fn check(&self, bucket: &str) -> Result<(), StorageError> {
         self.client
             .head_bucket()

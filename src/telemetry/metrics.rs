@@ -31,6 +31,7 @@ pub struct Metrics {
     pub bytes_uploaded: IntCounter,
     pub scratch_free_bytes: IntGauge,
     pub video_encoded_seconds: Counter,
+    pub replays: IntCounter,
     pub ready: IntGauge,
 }
 
@@ -134,6 +135,10 @@ impl Metrics {
                      over the busy pool is the encoding speed",
                 )
                 .unwrap(),
+            ),
+            replays: counter(
+                "replays_total",
+                "Requests answered from a stored manifest (same source ETag and profile)",
             ),
             ready: gauge("ready", "1 when ready to take work"),
             registry,

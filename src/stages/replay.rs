@@ -1,0 +1,158 @@
+//! The redelivery short-circuit. After every output of a job is uploaded, `manifest.json` is
+//! written last next to them: what the response said, for which source version (its ETag) and
+//! which profile (a fingerprint of every setting that shapes the outputs). A later request for
+//! the same media whose source ETag and fingerprint match is answered from the manifest
+//! (`"replayed": true`) without downloading or transforming anything. Because the manifest is
+//! written last, its presence means every output it lists exists.
+
+use serde::{Deserialize, Serialize};
+
+use super::upload::key;
+use crate::config::Settings;
+use crate::contract::{
+    Analysis, MediaType, OptimizeRequest, Output, SourceInfo, SourceRef, Warning,
+};
+use crate::job::Services;
+use crate::job::response::Done;
+use crate::storage::{ObjectMeta, StorageError};
+
+pub const MANIFEST: &str = "manifest.json";
+/// Larger manifests are not ours: ignored.
+const MAX_MANIFEST_BYTES: u64 = 4 << 20;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub schema_version: u32,
+    pub source_etag: String,
+    pub profile: String,
+    pub fingerprint: String,
+    pub media_type: MediaType,
+    pub source: SourceInfo,
+    pub outputs: Vec<Output>,
+    pub analysis: Option<Analysis>,
+    pub warnings: Vec<Warning>,
+}
+
+/// Everything that decides a profile's outputs: the profile, the analysis, video and limit
+/// settings, and the worker version (whose code makes the bytes). FNV-1a over their `Debug`
+/// text: stable for one build, which is what a fleet runs.
+pub fn fingerprint(settings: &Settings, profile: &str) -> String {
+    let text = format!(
+        "{}|{profile}|{:?}|{:?}|{:?}|{:?}",
+        env!("CARGO_PKG_VERSION"),
+        settings.profiles.get(profile),
+        settings.analysis,
+        settings.video,
+        settings.limits,
+    );
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+fn profile_of(req: &OptimizeRequest) -> &str {
+    req.profile.as_deref().unwrap_or("default")
+}
+
+/// The stored result for this request, when it is still valid: same source ETag, same
+/// profile fingerprint. Any miss or error means "process it" (and is no failure).
+pub async fn lookup(svc: &Services, req: &OptimizeRequest) -> Option<Done> {
+    if req.force {
+        return None;
+    }
+    let etag = svc.storage.etag(&req.source).await.ok()??;
+    let bucket = &svc.settings.storage.output_bucket;
+    // The type is only known after a download: a hint says where to look first.
+    let kinds = match req.media_type {
+        Some(MediaType::Video) => [MediaType::Video, MediaType::Image],
+        _ => [MediaType::Image, MediaType::Video],
+    };
+    for kind in kinds {
+        let src = SourceRef {
+            bucket: bucket.clone(),
+            key: key(&req.user_id, kind, &req.media_id, MANIFEST),
+        };
+        let Ok(bytes) = svc.storage.read(&src, MAX_MANIFEST_BYTES).await else {
+            continue;
+        };
+        let Ok(m) = serde_json::from_slice::<Manifest>(&bytes) else {
+            tracing::warn!(key = %src.key, "unreadable manifest ignored");
+            continue;
+        };
+        let fp = fingerprint(&svc.settings, profile_of(req));
+        if m.source_etag != etag || m.fingerprint != fp || m.profile != profile_of(req) {
+            return None; // the source or the profile changed: process again
+        }
+        return Some(Done {
+            source: SourceInfo {
+                bucket: req.source.bucket.clone(),
+                key: req.source.key.clone(),
+                ..m.source
+            },
+            media_type: m.media_type,
+            outputs: m.outputs,
+            analysis: m.analysis,
+            warnings: m.warnings,
+            replayed: true,
+        });
+    }
+    None
+}
+
+/// Writes the manifest of a finished job, after all its outputs. Without a source ETag there
+/// is nothing to check a later request against, so nothing is written.
+pub async fn record(
+    svc: &Services,
+    req: &OptimizeRequest,
+    done: &Done,
+    scratch: &std::path::Path,
+) -> Result<(), StorageError> {
+    let Some(etag) = done.source.etag.clone() else {
+        return Ok(());
+    };
+    let manifest = Manifest {
+        schema_version: crate::contract::SCHEMA_VERSION,
+        source_etag: etag,
+        profile: profile_of(req).to_owned(),
+        fingerprint: fingerprint(&svc.settings, profile_of(req)),
+        media_type: done.media_type,
+        source: done.source.clone(),
+        outputs: done.outputs.clone(),
+        analysis: done.analysis.clone(),
+        warnings: done.warnings.clone(),
+    };
+    let path = scratch.join(MANIFEST);
+    let json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
+    tokio::fs::write(&path, json).await?;
+    let bucket = &svc.settings.storage.output_bucket;
+    let key = key(&req.user_id, done.media_type, &req.media_id, MANIFEST);
+    let meta = ObjectMeta {
+        content_type: "application/json",
+        // Replaced when the source or profile changes: not immutable like the outputs.
+        cache_control: "no-cache",
+    };
+    svc.storage.upload(bucket, &key, &path, &meta).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fingerprint_follows_the_profile() {
+        let s = Settings::load_from(None, Vec::new()).unwrap();
+        assert_eq!(fingerprint(&s, "default"), fingerprint(&s, "default"));
+        assert_ne!(fingerprint(&s, "default"), fingerprint(&s, "variants"));
+        let mut changed = s.clone();
+        changed
+            .profiles
+            .get_mut("default")
+            .unwrap()
+            .widths
+            .push(2560);
+        assert_ne!(fingerprint(&s, "default"), fingerprint(&changed, "default"));
+    }
+}
