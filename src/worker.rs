@@ -276,6 +276,7 @@ fn record(svc: &Services, r: &OptimizeResponse, started: Instant) {
     let code = r.error.as_ref().map_or("", |e| e.code.as_str());
     let media_type = r.media_type.map_or("unknown", |m| m.as_str());
     svc.metrics.jobs.with_label_values(&[outcome, code]).inc();
+    svc.metrics.job_finished(started.elapsed());
     svc.metrics
         .job_duration
         .with_label_values(&[media_type, outcome])

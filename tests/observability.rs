@@ -203,7 +203,7 @@ async fn dashboards_and_alerts_use_only_exported_metrics() {
     )
     .expect("dashboard is JSON");
     let rules: serde_json::Value = serde_yaml_ng::from_str(
-        &std::fs::read_to_string(root.join("deploy/k8s/prometheus-rules.yaml")).unwrap(),
+        &std::fs::read_to_string(root.join("deploy/k8s/base/prometheus-rules.yaml")).unwrap(),
     )
     .expect("rules are YAML");
     assert_eq!(rules["kind"], "PrometheusRule");

@@ -94,6 +94,7 @@ impl ClientContext for SourceContext {
         let lag = &self.metrics.consumer_lag;
         // Only what is assigned now: revoked partitions disappear from the gauge.
         lag.reset();
+        let mut total = 0;
         for topic in stats.topics.values() {
             for p in topic.partitions.values() {
                 if p.partition < 0 || !p.desired {
@@ -110,8 +111,10 @@ impl ClientContext for SourceContext {
                 };
                 lag.with_label_values(&[&p.partition.to_string()])
                     .set(behind);
+                total += behind;
             }
         }
+        self.metrics.set_lag_total(total);
     }
 }
 

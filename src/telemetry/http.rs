@@ -42,7 +42,12 @@ async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
         s.metrics.scratch_free_bytes.set(free as i64);
     }
     s.metrics.ready.set(r.ready as i64);
-    s.metrics.in_flight.set(s.registry.len() as i64);
+    let jobs = s.registry.snapshot();
+    s.metrics.in_flight.set(jobs.len() as i64);
+    s.metrics.update_backlog(
+        jobs.iter()
+            .map(|j| std::time::Duration::from_millis(j.elapsed_ms)),
+    );
     (
         [("content-type", "text/plain; version=0.0.4")],
         s.metrics.render(),

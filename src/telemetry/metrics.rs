@@ -1,9 +1,10 @@
 //! The Prometheus catalogue: one registry, names prefixed `media_worker_`, base units.
 
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus::{
-    Counter, Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Counter, Encoder, Gauge, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
@@ -27,6 +28,11 @@ pub struct Metrics {
     pub paused: IntGauge,
     pub assigned_partitions: IntGauge,
     pub consumer_lag: IntGaugeVec,
+    /// Sum of `consumer_lag` (for the backlog estimate).
+    lag_total: AtomicI64,
+    /// Recent mean job wall time in seconds, as f64 bits (see `job_finished`).
+    mean_job_seconds: AtomicU64,
+    pub backlog_seconds: Gauge,
     pub bytes_downloaded: IntCounter,
     pub bytes_uploaded: IntCounter,
     pub scratch_free_bytes: IntGauge,
@@ -34,6 +40,9 @@ pub struct Metrics {
     pub replays: IntCounter,
     pub ready: IntGauge,
 }
+
+/// The mean job time assumed until jobs have been measured.
+const PRIOR_JOB_SECONDS: f64 = 1.0;
 
 const DURATION_BUCKETS: &[f64] = &[
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
@@ -136,6 +145,18 @@ impl Metrics {
                 )
                 .unwrap(),
             ),
+            lag_total: AtomicI64::new(0),
+            mean_job_seconds: AtomicU64::new(PRIOR_JOB_SECONDS.to_bits()),
+            backlog_seconds: reg(
+                &registry,
+                Gauge::new(
+                    name("backlog_seconds"),
+                    "Estimated seconds of work queued for this worker: consumer lag x recent \
+                     mean job seconds + what its in-flight jobs still need (the autoscaling \
+                     signal: lag counts a 60 s video and a 50 ms thumbnail the same)",
+                )
+                .unwrap(),
+            ),
             replays: counter(
                 "replays_total",
                 "Requests answered from a stored manifest (same source ETag and profile)",
@@ -171,6 +192,28 @@ impl Metrics {
         }
     }
 
+    /// A job finished after `d`: feeds the recent mean (exponentially weighted, 1/20 per job).
+    pub fn job_finished(&self, d: Duration) {
+        let old = f64::from_bits(self.mean_job_seconds.load(Ordering::Relaxed));
+        let new = old + (d.as_secs_f64() - old) / 20.0;
+        self.mean_job_seconds.store(new.to_bits(), Ordering::Relaxed);
+    }
+
+    pub fn set_lag_total(&self, lag: i64) {
+        self.lag_total.store(lag, Ordering::Relaxed);
+    }
+
+    /// Updates `backlog_seconds` from the lag, the recent mean and the in-flight jobs' ages.
+    pub fn update_backlog(&self, in_flight_elapsed: impl Iterator<Item = Duration>) -> f64 {
+        let mean = f64::from_bits(self.mean_job_seconds.load(Ordering::Relaxed));
+        let queued = self.lag_total.load(Ordering::Relaxed).max(0) as f64 * mean;
+        let running: f64 = in_flight_elapsed
+            .map(|e| (mean - e.as_secs_f64()).max(0.0))
+            .sum();
+        self.backlog_seconds.set(queued + running);
+        queued + running
+    }
+
     pub fn observe_stage(&self, stage: Stage, d: Duration) {
         self.stage_duration
             .with_label_values(&[stage.as_str()])
@@ -204,5 +247,22 @@ pub struct BusyGuard<'a>(&'a IntGauge);
 impl Drop for BusyGuard<'_> {
     fn drop(&mut self) {
         self.0.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backlog_is_lag_times_the_mean_job_plus_what_running_jobs_still_need() {
+        let m = Metrics::new();
+        m.set_lag_total(10);
+        let running = [Duration::from_millis(500), Duration::from_secs(3)];
+        // Prior mean 1 s: 10 x 1 + (1 - 0.5) + 0 (the 3 s job is past the mean).
+        assert_eq!(m.update_backlog(running.into_iter()), 10.5);
+        m.job_finished(Duration::from_secs(21)); // mean 1 + (21 - 1) / 20 = 2
+        assert_eq!(m.update_backlog(std::iter::empty()), 20.0);
+        assert!(m.render().contains("media_worker_backlog_seconds 20"));
     }
 }

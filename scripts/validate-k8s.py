@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Validates deploy/k8s: every kustomization renders (kubectl kustomize), every built-in object
+passes kubernetes-validate --strict, and the custom resources (KEDA ScaledObject, prometheus-
+operator ServiceMonitor and PrometheusRule), which it has no schema for, pass the structural
+checks below. Also checks what ties the objects to the worker: the grace period against
+SHUTDOWN_TIMEOUT_SECS, the scratch volume, the probes, the security context, and that KEDA
+watches the worker's group and topic.
+
+    scripts/validate-k8s.py [BINARY]   (BINARY checks that the mounted worker.toml loads)
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy", "k8s")
+TARGETS = ["base", "overlays/dev", "overlays/prod", "overlays/static-membership"]
+K8S_VERSION = "1.30.0"
+errors = []
+
+
+def check(ok, target, what):
+    if not ok:
+        errors.append(f"{target}: {what}")
+
+
+def render(target):
+    out = subprocess.run(
+        ["kubectl", "kustomize", os.path.join(ROOT, target)],
+        capture_output=True, text=True, check=False,
+    )
+    if out.returncode != 0:
+        errors.append(f"{target}: kustomize failed: {out.stderr.strip()}")
+        return None, []
+    return out.stdout, [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def builtin_schemas(target, text):
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        f.write(text)
+        f.flush()
+        out = subprocess.run(
+            ["kubernetes-validate", "--strict", "--quiet", "--no-warn", "-k", K8S_VERSION, f.name],
+            capture_output=True, text=True, check=False,
+        )
+    check(out.returncode == 0, target, f"kubernetes-validate: {out.stdout}{out.stderr}")
+
+
+def env_of(docs):
+    env = {}
+    for d in docs:
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("media-worker-env"):
+            env.update(d.get("data", {}))
+    return env
+
+
+def worker(target, docs, env, binary):
+    workloads = [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")]
+    check(len(workloads) == 1, target, f"one workload, found {len(workloads)}")
+    if not workloads:
+        return None
+    w = workloads[0]
+    pod = w["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    shutdown = 25
+    for d in docs:
+        if d["kind"] == "ConfigMap" and "worker.toml" in d.get("data", {}):
+            toml = d["data"]["worker.toml"]
+            for line in toml.splitlines():
+                if line.strip().startswith("shutdown_timeout_secs"):
+                    shutdown = int(line.split("=")[1])
+            if binary:
+                with tempfile.NamedTemporaryFile("w", suffix=".toml") as f:
+                    f.write(toml)
+                    f.flush()
+                    with tempfile.TemporaryDirectory() as out:
+                        r = subprocess.run(
+                            [binary, "schemas", "--out", out],
+                            env={**os.environ, **env, "MEDIA_WORKER_CONFIG": f.name},
+                            capture_output=True, text=True, check=False,
+                        )
+                check(r.returncode == 0, target, f"worker.toml does not load: {r.stderr}")
+    shutdown = int(env.get("SHUTDOWN_TIMEOUT_SECS", shutdown))
+    grace = pod.get("terminationGracePeriodSeconds", 30)
+    check(grace >= shutdown + 5, target, f"grace {grace}s < SHUTDOWN_TIMEOUT_SECS {shutdown} + 5")
+    sc = c.get("securityContext", {})
+    check(sc.get("readOnlyRootFilesystem") is True, target, "root filesystem not read-only")
+    check(sc.get("capabilities", {}).get("drop") == ["ALL"], target, "capabilities not dropped")
+    check(pod.get("securityContext", {}).get("runAsNonRoot") is True, target, "may run as root")
+    check(c["readinessProbe"]["httpGet"]["path"] == "/health/ready", target, "readiness probe")
+    check(c["livenessProbe"]["httpGet"]["path"] == "/health/live", target, "liveness probe")
+    mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+    scratch = [v for v in pod["volumes"] if v["name"] == mounts.get("/scratch")]
+    check(scratch and scratch[0].get("emptyDir", {}).get("sizeLimit"), target,
+          "/scratch is not an emptyDir with a sizeLimit")
+    check(pod.get("topologySpreadConstraints"), target, "no topologySpreadConstraints")
+    res = c.get("resources", {})
+    check(res.get("requests") and res.get("limits"), target, "requests and limits")
+    if w["kind"] == "StatefulSet":
+        names = [e["name"] for e in c.get("env", [])]
+        check("KAFKA_GROUP_INSTANCE_ID" in names, target, "static membership needs KAFKA_GROUP_INSTANCE_ID")
+    return w
+
+
+def custom_resources(target, docs, env, workload):
+    services = [d for d in docs if d["kind"] == "Service"]
+    for d in docs:
+        kind, spec = d["kind"], d.get("spec", {})
+        if kind == "ScaledObject":
+            ref = spec.get("scaleTargetRef", {})
+            check(workload is not None and ref.get("name") == workload["metadata"]["name"]
+                  and ref.get("kind", "Deployment") == workload["kind"], target,
+                  f"ScaledObject targets {ref}")
+            lo, hi = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
+            check(1 <= lo <= hi, target, f"replicas {lo}..{hi}")
+            types = {t["type"]: t.get("metadata", {}) for t in spec.get("triggers", [])}
+            kafka, prom = types.get("kafka"), types.get("prometheus")
+            check(kafka is not None and prom is not None, target, "kafka and prometheus triggers")
+            if kafka:
+                for k in ("bootstrapServers", "consumerGroup", "topic", "lagThreshold"):
+                    check(k in kafka, target, f"kafka trigger lacks {k}")
+                check(kafka.get("excludePersistentLag") == "true", target, "excludePersistentLag")
+                check(kafka.get("consumerGroup") == env.get("KAFKA_GROUP_ID"), target,
+                      "KEDA watches another consumer group")
+                check(kafka.get("topic") == env.get("KAFKA_REQUEST_TOPIC"), target,
+                      "KEDA watches another topic")
+                check(kafka.get("bootstrapServers") == env.get("KAFKA_BOOTSTRAP_SERVERS"), target,
+                      "KEDA and the worker use different brokers")
+            if prom:
+                for k in ("serverAddress", "query", "threshold"):
+                    check(k in prom, target, f"prometheus trigger lacks {k}")
+                check("media_worker_backlog_seconds" in prom.get("query", ""), target,
+                      "prometheus trigger does not use the backlog")
+        elif kind == "ServiceMonitor":
+            sel = spec.get("selector", {}).get("matchLabels", {})
+            match = [s for s in services
+                     if sel and all(s["metadata"].get("labels", {}).get(k) == v for k, v in sel.items())]
+            check(match, target, "ServiceMonitor selects no Service")
+            ports = {p.get("name") for s in match for p in s["spec"].get("ports", [])}
+            for e in spec.get("endpoints", []):
+                check(e.get("port") in ports and e.get("path") == "/metrics", target,
+                      f"ServiceMonitor endpoint {e}")
+        elif kind == "PrometheusRule":
+            rules = [r for g in spec.get("groups", []) for r in g.get("rules", [])]
+            check(rules, target, "PrometheusRule has no rules")
+            for r in rules:
+                check(r.get("alert") and r.get("expr") and r.get("labels", {}).get("severity"),
+                      target, f"rule {r.get('alert')} lacks alert/expr/severity")
+
+
+def main():
+    binary = sys.argv[1] if len(sys.argv) > 1 else None
+    for target in TARGETS:
+        text, docs = render(target)
+        if text is None:
+            continue
+        builtin_schemas(target, text)
+        env = env_of(docs)
+        workload = worker(target, docs, env, binary)
+        custom_resources(target, docs, env, workload)
+        kinds = sorted({d["kind"] for d in docs})
+        print(f"{target}: {len(docs)} objects ({', '.join(kinds)})")
+    if errors:
+        print("\n".join(errors))
+        sys.exit(1)
+    print("deploy/k8s: all kustomizations render and validate")
+
+
+if __name__ == "__main__":
+    main()
