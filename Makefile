@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 DIR ?= ../shared/corpus
 
-.PHONY: setup setup-test build release demo test lint bench eval-faces schemas clean
+.PHONY: setup setup-test build release demo test lint deploy-check bench eval-faces schemas clean
 
 setup:
 	@scripts/setup.sh
@@ -24,8 +24,17 @@ demo: release
 ## Everything: formatting, lints, unit tests, and end-to-end tests against real tansu + s3s-fs
 ## (started by the test harness on free loopback ports). Benchmarks are compiled by `lint`
 ## (clippy --all-targets) and run by `make bench`.
-test: setup-test lint
+test: setup-test lint deploy-check
 	cargo test --lib --bins --tests
+
+## The container and Kubernetes files: Dockerfile lint, every library the release binary links
+## provided by the runtime stage, every kustomization rendered and validated.
+deploy-check: setup-test
+	hadolint --no-color Dockerfile
+	cargo build --release --bin media-worker
+	python3 scripts/check-image-libs.py target/release/media-worker Dockerfile
+	cargo build --bin media-worker
+	python3 scripts/validate-k8s.py target/debug/media-worker
 
 lint: setup
 	cargo fmt --all -- --check

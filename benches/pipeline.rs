@@ -84,7 +84,7 @@ fn main() {
                     let runner = runner.clone();
                     let profile = profile.clone();
                     async move {
-                        let req = OptimizeRequest::new(
+                        let mut req = OptimizeRequest::new(
                             format!("bench-{round}-{i}"),
                             format!("m{i}"),
                             "bench",
@@ -92,8 +92,10 @@ fn main() {
                             name.clone(),
                         )
                         .with_profile(&profile);
+                        // Every round does the work (no answer from a stored manifest).
+                        req.force = true;
                         let r = runner.run_registered(&req).await;
-                        assert!(r.success, "{name}: {:?}", r.error);
+                        assert!(r.success && !r.replayed, "{name}: {:?}", r.error);
                     }
                 })
                 .buffer_unordered(
