@@ -196,7 +196,8 @@ impl Metrics {
     pub fn job_finished(&self, d: Duration) {
         let old = f64::from_bits(self.mean_job_seconds.load(Ordering::Relaxed));
         let new = old + (d.as_secs_f64() - old) / 20.0;
-        self.mean_job_seconds.store(new.to_bits(), Ordering::Relaxed);
+        self.mean_job_seconds
+            .store(new.to_bits(), Ordering::Relaxed);
     }
 
     pub fn set_lag_total(&self, lag: i64) {
