@@ -19,6 +19,8 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("KAFKA_GROUP_INSTANCE_ID", "kafka.group_instance_id"),
     ("KAFKA_REQUEST_TOPIC", "kafka.request_topic"),
     ("KAFKA_RESPONSE_TOPIC", "kafka.response_topic"),
+    ("KAFKA_DLQ_TOPIC", "kafka.dlq_topic"),
+    ("KAFKA_PUBLISH_ATTEMPTS", "kafka.publish_attempts"),
     ("KAFKA_COMMIT_INTERVAL_MS", "kafka.commit_interval_ms"),
     ("MAX_IN_FLIGHT", "kafka.max_in_flight"),
     ("REVOKE_DRAIN_SECS", "kafka.revoke_drain_secs"),
@@ -56,6 +58,7 @@ const STRING_KEYS: &[&str] = &[
     "kafka.group_instance_id",
     "kafka.request_topic",
     "kafka.response_topic",
+    "kafka.dlq_topic",
     "storage.output_bucket",
     "worker.id",
     "worker.tmp_dir",
@@ -93,6 +96,10 @@ pub struct KafkaSettings {
     pub group_instance_id: Option<String>,
     pub request_topic: String,
     pub response_topic: String,
+    /// Where a request goes, with its error, when its response cannot be published.
+    pub dlq_topic: String,
+    /// Response publish attempts before the dead-letter topic is tried.
+    pub publish_attempts: u32,
     pub commit_interval_ms: u64,
     pub max_in_flight: usize,
     /// On revoke, how long to wait for the revoked partitions' jobs before letting them go.
@@ -471,6 +478,9 @@ impl Settings {
         }
         if self.storage.probe_interval_secs == 0 {
             return invalid("storage.probe_interval_secs", "must be positive");
+        }
+        if self.kafka.publish_attempts == 0 {
+            return invalid("kafka.publish_attempts", "must be at least 1");
         }
         if self.kafka.commit_interval_ms == 0 {
             return invalid("kafka.commit_interval_ms", "must be positive");

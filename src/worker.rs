@@ -14,6 +14,7 @@ use tracing::Instrument;
 use crate::config::Settings;
 use crate::contract::{OptimizeResponse, WorkerInfo};
 use crate::job::{JobRunner, Registry, Services, Stage, response, scratch};
+use crate::kafka::producer::Outgoing;
 use crate::kafka::{Acker, Delivery, KafkaSource, Publisher};
 use crate::media::vips;
 use crate::stages::validate;
@@ -92,7 +93,7 @@ pub async fn run(
         health.clone(),
         http_stop.clone(),
     ));
-    let publisher = Publisher::new(&settings.kafka, svc.metrics.clone())?;
+    let publisher = Publisher::new(&settings.kafka, svc.metrics.clone(), health.clone())?;
     let ctx = Arc::new(Ctx {
         runner: JobRunner::new(svc.clone()),
         publisher,
@@ -250,13 +251,22 @@ async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
     );
     let traceparent = traces::traceparent_of(&publish);
     let t = Instant::now();
+    let out = Outgoing {
+        key: &key,
+        payload: &payload,
+        traceparent: traceparent.as_deref(),
+        request: d.payload.as_deref(),
+        source_topic: &d.topic,
+        source_partition: d.partition,
+        source_offset: d.offset,
+    };
     let published = ctx
         .publisher
-        .publish(&key, &payload, traceparent.as_deref(), &ctx.abandon)
+        .publish(&out, &ctx.abandon)
         .instrument(publish)
         .await;
     match published {
-        Ok(()) => {
+        Ok(_) => {
             svc.metrics.observe_stage(Stage::Publish, t.elapsed());
             ctx.acker.finished(d.token);
         }

@@ -53,6 +53,9 @@ pub fn producer_config(settings: &KafkaSettings) -> ClientConfig {
             ("enable.idempotence", "true"),
             ("acks", "all"),
             ("linger.ms", "5"),
+            // One publish attempt ends within 30 s (librdkafka's default is 5 min); the
+            // publisher retries with backoff, then dead-letters.
+            ("message.timeout.ms", "30000"),
         ],
     )
 }

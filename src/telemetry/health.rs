@@ -17,6 +17,7 @@ pub struct Health {
     broker_up: AtomicBool,
     storage_ok: AtomicBool,
     commit_failures: AtomicU32,
+    blocked_publishes: AtomicU32,
     min_scratch_free: AtomicU64,
 }
 
@@ -35,6 +36,9 @@ pub struct Readiness {
     pub scratch_free_bytes: Option<u64>,
     /// Fewer than `MAX_COMMIT_FAILURES` offset commits failed in a row.
     pub commits: bool,
+    /// No finished job is stuck with a response that can be neither published nor
+    /// dead-lettered (its offset is held meanwhile).
+    pub publishing: bool,
 }
 
 impl Health {
@@ -45,6 +49,7 @@ impl Health {
             broker_up: AtomicBool::new(true),
             storage_ok: AtomicBool::new(true),
             commit_failures: AtomicU32::new(0),
+            blocked_publishes: AtomicU32::new(0),
             min_scratch_free: AtomicU64::new(min_scratch_free_bytes),
         }
     }
@@ -66,6 +71,15 @@ impl Health {
         }
     }
 
+    /// A message starts (`true`) or stops being unpublishable.
+    pub fn publish_blocked(&self, blocked: bool) {
+        if blocked {
+            self.blocked_publishes.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.blocked_publishes.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     pub fn readiness(&self, scratch_dir: &Path) -> Readiness {
         let free = crate::job::scratch::free_bytes(scratch_dir);
         let r = Readiness {
@@ -76,9 +90,10 @@ impl Health {
             scratch: free.is_none_or(|f| f >= self.min_scratch_free.load(Ordering::Relaxed)),
             scratch_free_bytes: free,
             commits: self.commit_failures.load(Ordering::Relaxed) < MAX_COMMIT_FAILURES,
+            publishing: self.blocked_publishes.load(Ordering::Relaxed) == 0,
         };
         Readiness {
-            ready: r.consuming && r.broker && r.storage && r.scratch && r.commits,
+            ready: r.consuming && r.broker && r.storage && r.scratch && r.commits && r.publishing,
             ..r
         }
     }
@@ -109,6 +124,11 @@ mod tests {
         }
         assert!(!h.readiness(dir.path()).commits);
         h.commit_result(true);
+        assert!(h.readiness(dir.path()).ready);
+
+        h.publish_blocked(true);
+        assert!(!h.readiness(dir.path()).publishing);
+        h.publish_blocked(false);
         assert!(h.readiness(dir.path()).ready);
 
         let full = Health::new(u64::MAX);

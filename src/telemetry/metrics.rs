@@ -38,6 +38,8 @@ pub struct Metrics {
     pub scratch_free_bytes: IntGauge,
     pub video_encoded_seconds: Counter,
     pub replays: IntCounter,
+    pub dead_lettered: IntCounter,
+    pub producer_restarts: IntCounter,
     pub ready: IntGauge,
 }
 
@@ -156,6 +158,14 @@ impl Metrics {
                      signal: lag counts a 60 s video and a 50 ms thumbnail the same)",
                 )
                 .unwrap(),
+            ),
+            dead_lettered: counter(
+                "kafka_dead_lettered_total",
+                "Requests sent to the dead-letter topic because their response could not be published",
+            ),
+            producer_restarts: counter(
+                "kafka_producer_restarts_total",
+                "Producers replaced after a fatal (idempotence) error",
             ),
             replays: counter(
                 "replays_total",
