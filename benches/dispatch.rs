@@ -1,0 +1,172 @@
+//! Dispatch overhead: messages/s through one in-process worker (consume → dispatch → job →
+//! publish → commit) when the job itself is next to nothing, and RSS while a backlog waits.
+//!
+//!   cargo bench --bench dispatch [-- --messages 20000 --ids 50]
+//!
+//! The broker is rdkafka's MockCluster (in-process, so the broker's own speed is not measured)
+//! and the store is local. `--ids` tiny images are processed first; then the backlog of
+//! `--messages` requests is produced before the worker starts, all for those ids, so every job
+//! is answered from its stored manifest (the "no-op profile": no decode, no encode, but the
+//! full storage lookup, response, publish and commit path).
+//!
+//! The environment applies as for the worker: `make bench` runs it with `MAX_IN_FLIGHT=64`,
+//! because every pause/resume cycle at the in-flight bound currently costs about 0.5 s before
+//! fetching resumes, which makes the default bound (2 x pool) crawl with jobs this short.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use media_worker::config::Settings;
+use media_worker::contract::OptimizeRequest;
+use media_worker::storage::LocalStorage;
+use media_worker::worker;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::util::Timeout;
+use tokio_util::sync::CancellationToken;
+
+mod util;
+use util::arg;
+
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+async fn produce(producer: &FutureProducer, topic: &str, reqs: &[OptimizeRequest]) {
+    let sends = reqs.iter().map(|r| {
+        let payload = serde_json::to_vec(r).unwrap();
+        let key = r.media_id.clone();
+        async move {
+            producer
+                .send(
+                    FutureRecord::to(topic).key(&key).payload(&payload),
+                    Timeout::Never,
+                )
+                .await
+                .unwrap();
+        }
+    });
+    futures_util::future::join_all(sends).await;
+}
+
+/// Reads `n` responses; returns how many said `replayed`.
+fn take(reader: &BaseConsumer, n: usize) -> usize {
+    let (mut got, mut replayed) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while got < n && Instant::now() < deadline {
+        if let Some(Ok(m)) = reader.poll(Duration::from_millis(100)) {
+            let r: serde_json::Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
+            assert_eq!(r["success"], true, "{r}");
+            replayed += (r["replayed"] == true) as usize;
+            got += 1;
+        }
+    }
+    assert_eq!(got, n, "responses");
+    replayed
+}
+
+fn main() {
+    let messages: usize = arg("--messages", "20000").parse().unwrap();
+    let ids: usize = arg("--ids", "50").parse().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let cluster = MockCluster::new(1).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
+        let env = std::env::vars().chain([
+            (
+                "KAFKA_BOOTSTRAP_SERVERS".to_owned(),
+                cluster.bootstrap_servers(),
+            ),
+            ("HTTP_ADDR".to_owned(), "127.0.0.1:0".to_owned()),
+            (
+                "TMP_DIR".to_owned(),
+                tmp.path().join("scratch").display().to_string(),
+            ),
+            ("RUST_LOG".to_owned(), "warn".to_owned()),
+        ]);
+        let settings = Settings::load_from(None, env).unwrap();
+        let (requests, responses) = (
+            settings.kafka.request_topic.clone(),
+            settings.kafka.response_topic.clone(),
+        );
+        cluster.create_topic(&requests, 4, 1).unwrap();
+        cluster.create_topic(&responses, 1, 1).unwrap();
+        let max_in_flight = settings.max_in_flight();
+        let storage = LocalStorage::new(tmp.path().join("store")).with_bucket("corpus", &corpus);
+        let svc = worker::services(Arc::new(settings.clone()), Arc::new(storage)).unwrap();
+
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+        let reader: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("group.id", "dispatch-reader")
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .unwrap();
+        reader.subscribe(&[responses.as_str()]).unwrap();
+        let req = |i: usize| {
+            OptimizeRequest::new(
+                format!("r{i}"),
+                format!("m{}", i % ids),
+                "bench",
+                "corpus",
+                "sharp_bggn4a16.png".to_owned(), // 32x32, 2.2 kB
+            )
+            .with_profile("variants")
+        };
+
+        // The stored results (through the job runner directly), then the backlog, before the
+        // worker runs.
+        let runner = media_worker::job::JobRunner::new(svc.clone());
+        for i in 0..ids {
+            let mut r = req(i);
+            r.force = true;
+            assert!(runner.run_registered(&r).await.success);
+        }
+        let backlog: Vec<_> = (ids..ids + messages).map(req).collect();
+        produce(&producer, &requests, &backlog).await;
+        let rss_before = rss_mib();
+        let stop = CancellationToken::new();
+        let started = Instant::now();
+        let running = tokio::spawn(worker::run(svc, stop.clone(), None));
+        let sampler = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut peak: f64 = 0.0;
+                while !stop.is_cancelled() {
+                    peak = peak.max(rss_mib());
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                peak
+            })
+        };
+        let replayed = tokio::task::block_in_place(|| take(&reader, messages));
+        let wall = started.elapsed();
+        stop.cancel();
+        running.await.unwrap().unwrap();
+        let peak = sampler.await.unwrap();
+        println!(
+            "dispatch messages={messages} replayed={replayed} max_in_flight={max_in_flight} \
+             wall={:.2}s throughput={:.0} msg/s rss_before={rss_before:.0}MiB \
+             rss_peak_during={peak:.0}MiB (goal >= 2000 msg/s)",
+            wall.as_secs_f64(),
+            messages as f64 / wall.as_secs_f64()
+        );
+    });
+}
