@@ -220,6 +220,31 @@ fn classify_write<E: ProvideErrorMetadata + std::fmt::Debug>(
     })
 }
 
+impl S3Storage {
+    /// GetObject, refused up front when the announced length is over `max_bytes`.
+    async fn get(
+        &self,
+        src: &SourceRef,
+        max_bytes: u64,
+    ) -> Result<aws_sdk_s3::operation::get_object::GetObjectOutput, StorageError> {
+        let resp = self
+            .client
+            .get_object()
+            .bucket(&src.bucket)
+            .key(&src.key)
+            .send()
+            .await
+            .map_err(|e| classify_read(e, src))?;
+        if let Some(len) = resp.content_length().filter(|l| *l as u64 > max_bytes) {
+            return Err(StorageError::TooLarge {
+                size: len as u64,
+                limit: max_bytes,
+            });
+        }
+        Ok(resp)
+    }
+}
+
 #[async_trait]
 impl Storage for S3Storage {
     async fn etag(&self, src: &SourceRef) -> Result<Option<String>, StorageError> {
@@ -235,20 +260,7 @@ impl Storage for S3Storage {
     }
 
     async fn read(&self, src: &SourceRef, max_bytes: u64) -> Result<Vec<u8>, StorageError> {
-        let resp = self
-            .client
-            .get_object()
-            .bucket(&src.bucket)
-            .key(&src.key)
-            .send()
-            .await
-            .map_err(|e| classify_read(e, src))?;
-        if let Some(len) = resp.content_length().filter(|l| *l as u64 > max_bytes) {
-            return Err(StorageError::TooLarge {
-                size: len as u64,
-                limit: max_bytes,
-            });
-        }
+        let resp = self.get(src, max_bytes).await?;
         let bytes = resp
             .body
             .collect()
@@ -273,20 +285,7 @@ impl Storage for S3Storage {
         dest: &Path,
         max_bytes: u64,
     ) -> Result<SourceObject, StorageError> {
-        let resp = self
-            .client
-            .get_object()
-            .bucket(&src.bucket)
-            .key(&src.key)
-            .send()
-            .await
-            .map_err(|e| classify_read(e, src))?;
-        if let Some(len) = resp.content_length().filter(|l| *l as u64 > max_bytes) {
-            return Err(StorageError::TooLarge {
-                size: len as u64,
-                limit: max_bytes,
-            });
-        }
+        let resp = self.get(src, max_bytes).await?;
         let etag = resp.e_tag().map(str::to_owned);
         let mut body = resp.body;
         let mut file = tokio::fs::File::create(dest).await?;
