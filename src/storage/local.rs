@@ -44,8 +44,12 @@ impl LocalStorage {
         Ok(dir.join(rel))
     }
 
-    /// The file behind `src` and its metadata.
-    async fn object(&self, src: &SourceRef) -> Result<(PathBuf, std::fs::Metadata), StorageError> {
+    /// The file behind `src` and its metadata; `TooLarge` above `max_bytes`.
+    async fn object(
+        &self,
+        src: &SourceRef,
+        max_bytes: u64,
+    ) -> Result<(PathBuf, std::fs::Metadata), StorageError> {
         let path = self.resolve(&src.bucket, &src.key)?;
         let meta = match tokio::fs::metadata(&path).await {
             Ok(m) if m.is_file() => m,
@@ -69,6 +73,12 @@ impl LocalStorage {
                 });
             }
         };
+        if meta.len() > max_bytes {
+            return Err(StorageError::TooLarge {
+                size: meta.len(),
+                limit: max_bytes,
+            });
+        }
         Ok((path, meta))
     }
 }
@@ -102,13 +112,7 @@ impl Storage for LocalStorage {
         dest: &Path,
         max_bytes: u64,
     ) -> Result<SourceObject, StorageError> {
-        let (path, meta) = self.object(src).await?;
-        if meta.len() > max_bytes {
-            return Err(StorageError::TooLarge {
-                size: meta.len(),
-                limit: max_bytes,
-            });
-        }
+        let (path, meta) = self.object(src, max_bytes).await?;
         let size = tokio::fs::copy(&path, dest).await?;
         Ok(SourceObject {
             size_bytes: size,
@@ -117,17 +121,11 @@ impl Storage for LocalStorage {
     }
 
     async fn etag(&self, src: &SourceRef) -> Result<Option<String>, StorageError> {
-        Ok(Some(etag_of(&self.object(src).await?.1)))
+        Ok(Some(etag_of(&self.object(src, u64::MAX).await?.1)))
     }
 
     async fn read(&self, src: &SourceRef, max_bytes: u64) -> Result<Vec<u8>, StorageError> {
-        let (path, meta) = self.object(src).await?;
-        if meta.len() > max_bytes {
-            return Err(StorageError::TooLarge {
-                size: meta.len(),
-                limit: max_bytes,
-            });
-        }
+        let (path, meta) = self.object(src, max_bytes).await?;
         Ok(tokio::fs::read(&path).await?)
     }
 
