@@ -125,7 +125,7 @@ impl Storage for LocalStorage {
     }
 
     async fn read(&self, src: &SourceRef, max_bytes: u64) -> Result<Vec<u8>, StorageError> {
-        let (path, meta) = self.object(src, max_bytes).await?;
+        let (path, _) = self.object(src, max_bytes).await?;
         Ok(tokio::fs::read(&path).await?)
     }
 
