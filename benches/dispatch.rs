@@ -30,16 +30,7 @@ use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
 
 mod util;
-use util::arg;
-
-fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
-}
+use util::{arg, status_mib};
 
 async fn produce(producer: &FutureProducer, topic: &str, reqs: &[OptimizeRequest]) {
     let sends = reqs.iter().map(|r| {
@@ -141,7 +132,7 @@ fn main() {
         }
         let backlog: Vec<_> = (ids..ids + messages).map(req).collect();
         produce(&producer, &requests, &backlog).await;
-        let rss_before = rss_mib();
+        let rss_before = status_mib("VmRSS:");
         let stop = CancellationToken::new();
         let started = Instant::now();
         let running = tokio::spawn(worker::run(svc, stop.clone(), None));
@@ -150,7 +141,7 @@ fn main() {
             tokio::spawn(async move {
                 let mut peak: f64 = 0.0;
                 while !stop.is_cancelled() {
-                    peak = peak.max(rss_mib());
+                    peak = peak.max(status_mib("VmRSS:"));
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 peak

@@ -14,7 +14,7 @@ use media_worker::job::JobRunner;
 use media_worker::storage::LocalStorage;
 
 mod util;
-use util::arg;
+use util::{arg, status_mib};
 
 /// Manifest kinds that are ordinary photos (not broken files, pixel bombs or videos).
 const PHOTO_KINDS: &[&str] = &["photo", "faces", "orientation", "color", "alpha"];
@@ -37,15 +37,6 @@ fn cpu_seconds() -> f64 {
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
     t(ru.ru_utime) + t(ru.ru_stime)
-}
-
-fn peak_rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 fn main() {
@@ -118,6 +109,6 @@ fn main() {
          throughput={:.2} images/s cpu_per_image={:.1}ms peak_rss={:.0}MiB",
         images as f64 / wall,
         cpu / images as f64 * 1000.0,
-        peak_rss_mib()
+        status_mib("VmHWM:")
     );
 }

@@ -1,4 +1,5 @@
-//! What the benchmarks share.
+//! What the benchmarks share (each uses a part).
+#![allow(dead_code)]
 
 /// The value after `name` on the command line (`--rounds 3`), or `default`.
 pub fn arg(name: &str, default: &str) -> String {
@@ -7,4 +8,14 @@ pub fn arg(name: &str, default: &str) -> String {
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1).cloned())
         .unwrap_or_else(|| default.to_owned())
+}
+
+/// A memory figure of this process from /proc/self/status (`VmRSS:` now, `VmHWM:` peak), MiB.
+pub fn status_mib(field: &str) -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
 }

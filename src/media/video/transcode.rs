@@ -81,19 +81,15 @@ pub fn args(
     input: &Path,
     output: &Path,
 ) -> Vec<OsString> {
-    let threads = threads.to_string();
-    let mut a: Vec<OsString> = Vec::new();
-    let mut push = |xs: &[&str]| a.extend(xs.iter().map(OsString::from));
-    push(&["-hide_banner", "-nostdin", "-v", "error", "-xerror", "-y"]);
-    push(&["-threads", &threads, "-i"]);
-    a.push(input.into());
-    let mut push = |xs: &[&str]| a.extend(xs.iter().map(OsString::from));
-    push(&["-map", "0:v:0", "-map", "0:a:0?", "-dn", "-sn"]);
-    push(&["-map_metadata", "-1", "-map_chapters", "-1"]);
-    push(&["-vf", &video_filter(probe, rung.height)]);
-    let crf = rung.crf.to_string();
-    push(&["-c:v", "libx264", "-preset", &settings.preset, "-crf", &crf]);
-    push(&[
+    let (threads, crf) = (threads.to_string(), rung.crf.to_string());
+    let (vf, bitrate) = (
+        video_filter(probe, rung.height),
+        format!("{}k", settings.audio_bitrate_kbps),
+    );
+    let mut opts = vec!["-map", "0:v:0", "-map", "0:a:0?", "-dn", "-sn"];
+    opts.extend(["-map_metadata", "-1", "-map_chapters", "-1", "-vf", &vf]);
+    opts.extend(["-c:v", "libx264", "-preset", &settings.preset, "-crf", &crf]);
+    opts.extend([
         "-pix_fmt",
         "yuv420p",
         "-profile:v",
@@ -102,17 +98,28 @@ pub fn args(
         &threads,
     ]);
     if probe.hdr {
-        push(&["-color_primaries", "bt709", "-color_trc", "bt709"]);
-        push(&["-colorspace", "bt709"]);
+        opts.extend(["-color_primaries", "bt709", "-color_trc", "bt709"]);
+        opts.extend(["-colorspace", "bt709"]);
     }
     if probe.audio_codec.is_some() {
-        let bitrate = format!("{}k", settings.audio_bitrate_kbps);
-        push(&["-c:a", "aac", "-b:a", &bitrate, "-ac", "2"]);
+        opts.extend(["-c:a", "aac", "-b:a", &bitrate, "-ac", "2"]);
     } else {
-        push(&["-an"]);
+        opts.push("-an");
     }
-    push(&["-movflags", "+faststart", "-f", "mp4"]);
-    push(&["-progress", "pipe:1", "-nostats"]);
+    opts.extend([
+        "-movflags",
+        "+faststart",
+        "-f",
+        "mp4",
+        "-progress",
+        "pipe:1",
+        "-nostats",
+    ]);
+    let head = ["-hide_banner", "-nostdin", "-v", "error", "-xerror", "-y"];
+    let mut a: Vec<OsString> = head.iter().map(OsString::from).collect();
+    a.extend(["-threads", &threads, "-i"].map(OsString::from));
+    a.push(input.into());
+    a.extend(opts.into_iter().map(OsString::from));
     a.push(output.into());
     a
 }
