@@ -45,7 +45,7 @@ bench: setup
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3 --analysis off
 	cargo bench --bench pipeline -- --profile variants --pool 2 --rounds 3
 	cargo bench --bench video -- --rounds 3
-	MAX_IN_FLIGHT=64 cargo bench --bench dispatch -- --messages 20000 --ids 50
+	cargo bench --bench dispatch -- --messages 20000 --ids 50
 
 ## Face detection vs the counts in ../shared/corpus/MANIFEST.tsv.
 eval-faces: release

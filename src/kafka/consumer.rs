@@ -8,8 +8,19 @@
 //! - When a job's response is published, the worker sends the delivery's token back through an
 //!   [`Acker`]; the thread marks it finished. Every `commit_interval` it commits, per partition,
 //!   the lowest unfinished offset (async). Nothing is stored or committed on receipt.
-//! - Flow control: at `max_in_flight` unfinished messages the thread pauses its partitions and
-//!   keeps polling (so the member stays in the group and serves rebalances); it resumes at half.
+//! - Flow control: each assigned partition's messages come through its own queue (split from
+//!   the consumer's), and the thread takes from those queues only while fewer than
+//!   `max_in_flight` messages are unfinished. The consumer's own queue (rebalances, commit
+//!   results, errors, statistics) is served on every turn, so the member stays in the group
+//!   and `max.poll.interval.ms` never expires, however long the jobs take. librdkafka keeps
+//!   prefetching into the partition queues up to `queued.min.messages` /
+//!   `queued.max.messages.kbytes` each. If the bound holds for [`PAUSE_AFTER`] (the pool is
+//!   busy with long jobs) the partitions are paused as well, which drops that prefetch and
+//!   stops fetching; they resume once half the bound is free. Pausing is not the first
+//!   reaction because librdkafka discards the prefetch on pause and takes about half a second
+//!   to fetch again after resume, which would cap short jobs at `max_in_flight` per cycle.
+//! - The loop sleeps on its command channel: acks, shutdown commands and librdkafka's
+//!   "queue no longer empty" callbacks all wake it.
 //! - Revoke is a barrier: inside the rebalance callback (on this thread) it waits up to
 //!   `revoke_drain` for the revoked partitions' jobs, applying their acks as they come, commits
 //!   synchronously what finished, then lets the partitions go. Jobs that finish later carry a
@@ -23,9 +34,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{ClientContext, Offset, Statistics, TopicPartitionList};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
@@ -33,7 +45,12 @@ use super::offsets::{OffsetToken, OffsetTracker, Tp};
 use crate::config::Settings;
 use crate::telemetry::{Health, Metrics};
 
+/// The longest the loop sleeps without anything waking it (a safety net for missed wakes).
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+/// How long the in-flight bound must hold before the partitions are paused.
+pub const PAUSE_AFTER: Duration = Duration::from_secs(1);
+/// Consumer-queue events served per turn of the loop.
+const EVENTS_PER_TURN: usize = 4;
 
 /// A request message, owned, as the worker sees it.
 #[derive(Debug)]
@@ -49,6 +66,8 @@ pub struct Delivery {
 
 enum Command {
     Finished(OffsetToken),
+    /// A librdkafka queue went from empty to non-empty.
+    Wake,
     StopFetching,
     Close,
 }
@@ -70,6 +89,8 @@ struct LoopState {
     stopping: bool,
     closing: bool,
     paused: bool,
+    /// The assignment changed: the partition queues must be split again.
+    reassigned: bool,
 }
 
 struct SourceContext {
@@ -158,6 +179,7 @@ impl SourceContext {
             Command::Finished(t) => {
                 st.tracker.finished(&t);
             }
+            Command::Wake => {}
             Command::StopFetching => st.stopping = true,
             Command::Close => {
                 st.stopping = true;
@@ -217,6 +239,22 @@ impl SourceContext {
         }
     }
 
+    /// Pauses (or resumes) every assigned partition.
+    fn pause(&self, consumer: &BaseConsumer<Self>, st: &mut LoopState, pause: bool) {
+        if let Ok(assignment) = consumer.assignment() {
+            let r = if pause {
+                consumer.pause(&assignment)
+            } else {
+                consumer.resume(&assignment)
+            };
+            if let Err(e) = r {
+                tracing::warn!(error = %e, pause, "pause/resume failed");
+            }
+        }
+        st.paused = pause;
+        self.metrics.paused.set(pause as i64);
+    }
+
     fn on_revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
         self.metrics.rebalances.with_label_values(&["revoke"]).inc();
         let revoked = partitions(tpl);
@@ -239,6 +277,7 @@ impl SourceContext {
         for tp in &revoked {
             st.tracker.revoke(tp);
         }
+        st.reassigned = true;
         tracing::info!(partitions = ?revoked, still_running = abandoned, "partitions revoked");
     }
 
@@ -249,6 +288,7 @@ impl SourceContext {
         for tp in &assigned {
             st.tracker.assign(tp.clone());
         }
+        st.reassigned = true;
         if st.paused {
             let _ = consumer.pause(tpl);
         }
@@ -286,21 +326,24 @@ impl KafkaSource {
                 stopping: false,
                 closing: false,
                 paused: false,
+                reassigned: false,
             }),
             metrics,
             health,
             revoke_drain: Duration::from_secs(settings.kafka.revoke_drain_secs),
         };
-        let consumer: BaseConsumer<SourceContext> =
+        let mut consumer: BaseConsumer<SourceContext> =
             super::consumer_config(&settings.kafka).create_with_context(context)?;
+        consumer.set_nonempty_callback(waker(&cmd_tx));
         consumer.subscribe(&[settings.kafka.request_topic.as_str()])?;
+        let cmd_wake = cmd_tx.clone();
         let cfg = LoopConfig {
             max_in_flight: settings.max_in_flight().max(1),
             commit_interval: Duration::from_millis(settings.kafka.commit_interval_ms),
         };
         let thread = std::thread::Builder::new()
             .name("kafka-poll".into())
-            .spawn(move || poll_loop(consumer, ev_tx, cfg))
+            .spawn(move || poll_loop(Arc::new(consumer), ev_tx, cfg, cmd_wake))
             .expect("spawn poll thread");
         Ok((
             KafkaSource {
@@ -335,75 +378,146 @@ fn traceparent(m: &impl Message) -> Option<String> {
         .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
+/// A librdkafka "queue no longer empty" callback that wakes the loop.
+fn waker(commands: &Sender<Command>) -> impl Fn() + Send + Sync + 'static {
+    let commands = commands.clone();
+    move || {
+        let _ = commands.send(Command::Wake);
+    }
+}
+
+type Consumer = Arc<BaseConsumer<SourceContext>>;
+type Queues = Vec<(Tp, PartitionQueue<SourceContext>)>;
+
+/// What the loop does with each polled message.
+struct Dispatcher {
+    events: UnboundedSender<Delivery>,
+}
+
+impl Dispatcher {
+    /// Records `m` as in flight and hands it to the worker (unless stopping or revoked).
+    fn dispatch(&self, ctx: &SourceContext, m: &BorrowedMessage<'_>) {
+        let token = {
+            let mut st = ctx.state.lock().unwrap();
+            if st.stopping {
+                return; // not dispatched, not committed: redelivered later
+            }
+            st.tracker.dispatched(m.topic(), m.partition(), m.offset())
+        };
+        let Some(token) = token else { return };
+        ctx.metrics.requests_received.inc();
+        let d = Delivery {
+            topic: m.topic().to_owned(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            payload: m.payload().map(<[u8]>::to_vec),
+            traceparent: traceparent(m),
+            token,
+        };
+        if self.events.send(d).is_err() {
+            ctx.state.lock().unwrap().stopping = true;
+        }
+    }
+}
+
+/// One handle per assigned partition, taken again after every assignment change (an assign
+/// re-attaches a partition's queue to the consumer's).
+fn split_queues(consumer: &Consumer, assigned: Vec<Tp>, wake: &Sender<Command>) -> Queues {
+    assigned
+        .into_iter()
+        .filter_map(|tp| {
+            let mut q = consumer.split_partition_queue(&tp.0, tp.1)?;
+            q.set_nonempty_callback(waker(wake));
+            Some((tp, q))
+        })
+        .collect()
+}
+
 fn poll_loop(
-    consumer: BaseConsumer<SourceContext>,
+    consumer: Consumer,
     events: UnboundedSender<Delivery>,
     cfg: LoopConfig,
+    wake: Sender<Command>,
 ) {
     let ctx = consumer.context().clone();
+    let out = Dispatcher { events };
     let resume_at = cfg.max_in_flight / 2;
+    let mut queues: Queues = Vec::new();
+    let mut saturated_since: Option<Instant> = None;
     let mut last_commit = Instant::now();
+    let mut next_queue = 0;
     loop {
-        {
+        // Serve the consumer's queue: rebalances run their callbacks in here. A message can
+        // arrive here only if it was fetched before its partition's queue was split.
+        for _ in 0..EVENTS_PER_TURN {
+            match consumer.poll(Duration::ZERO) {
+                Some(Ok(m)) => out.dispatch(&ctx, &m),
+                Some(Err(e)) => tracing::warn!(error = %e, "consumer error"),
+                None => break,
+            }
+        }
+        let in_flight = {
             let mut st = ctx.state.lock().unwrap();
             SourceContext::drain_commands(&mut st);
             if st.closing {
                 break;
             }
+            if std::mem::take(&mut st.reassigned) {
+                let assigned = st.tracker.partitions().cloned().collect();
+                queues = split_queues(&consumer, assigned, &wake);
+            }
             let in_flight = st.tracker.in_flight();
-            let pause = st.stopping || in_flight >= cfg.max_in_flight;
+            if in_flight < cfg.max_in_flight {
+                saturated_since = None;
+            } else {
+                saturated_since.get_or_insert_with(Instant::now);
+            }
+            let stuck = saturated_since.is_some_and(|t| t.elapsed() >= PAUSE_AFTER);
+            let pause = st.stopping || stuck;
             if pause != st.paused && (pause || in_flight <= resume_at) {
-                if let Ok(assignment) = consumer.assignment() {
-                    let r = if pause {
-                        consumer.pause(&assignment)
-                    } else {
-                        consumer.resume(&assignment)
-                    };
-                    if let Err(e) = r {
-                        tracing::warn!(error = %e, pause, "pause/resume failed");
-                    }
-                }
-                st.paused = pause;
-                ctx.metrics.paused.set(pause as i64);
+                ctx.pause(&consumer, &mut st, pause);
             }
             if last_commit.elapsed() >= cfg.commit_interval {
                 ctx.commit(&consumer, &mut st, None, CommitMode::Async);
                 last_commit = Instant::now();
             }
-        }
-        match consumer.poll(POLL_TIMEOUT) {
-            Some(Ok(m)) => {
-                let token = {
-                    let mut st = ctx.state.lock().unwrap();
-                    if st.stopping {
-                        continue; // not dispatched, not committed: redelivered later
-                    }
-                    st.tracker.dispatched(m.topic(), m.partition(), m.offset())
-                };
-                let Some(token) = token else { continue };
-                ctx.metrics.requests_received.inc();
-                let d = Delivery {
-                    topic: m.topic().to_owned(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    payload: m.payload().map(<[u8]>::to_vec),
-                    traceparent: traceparent(&m),
-                    token,
-                };
-                if events.send(d).is_err() {
-                    ctx.state.lock().unwrap().stopping = true;
-                }
+            if st.stopping || st.paused {
+                cfg.max_in_flight
+            } else {
+                in_flight
             }
-            Some(Err(e)) => tracing::warn!(error = %e, "consumer error"),
-            None => {}
+        };
+        // Take messages round-robin over the partitions, up to the bound.
+        let mut room = cfg.max_in_flight.saturating_sub(in_flight);
+        let mut idle = 0;
+        while room > 0 && idle < queues.len() {
+            next_queue = (next_queue + 1) % queues.len();
+            match queues[next_queue].1.poll(Duration::ZERO) {
+                Some(Ok(m)) => {
+                    out.dispatch(&ctx, &m);
+                    room -= 1;
+                    idle = 0;
+                }
+                Some(Err(e)) => tracing::warn!(error = %e, "consumer error"),
+                None => idle += 1,
+            }
+        }
+        // Sleep until an ack, a command or a librdkafka queue wakes us.
+        let mut st = ctx.state.lock().unwrap();
+        match st.commands.recv_timeout(POLL_TIMEOUT) {
+            Ok(cmd) => SourceContext::apply(&mut st, cmd),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => st.closing = true,
         }
     }
     {
         let mut st = ctx.state.lock().unwrap();
         ctx.commit(&consumer, &mut st, None, CommitMode::Sync);
     }
-    // Dropping the consumer closes it: a final (skipped-drain) revoke, then it leaves the group.
+    // The queues hold the consumer: release them first. Dropping the consumer closes it: a
+    // final (skipped-drain) revoke, then it leaves the group.
+    drop(queues);
     drop(consumer);
     tracing::info!("consumer closed");
 }

@@ -36,6 +36,11 @@ pub fn consumer_config(settings: &KafkaSettings) -> ClientConfig {
             ("enable.auto.offset.store", "false"),
             ("auto.offset.reset", "earliest"),
             ("partition.assignment.strategy", "cooperative-sticky"),
+            // Prefetch per partition (the consumer reads its partitions' queues only below
+            // MAX_IN_FLIGHT, see consumer.rs): enough to keep the pool fed, small enough that
+            // a deep backlog costs little memory.
+            ("queued.min.messages", "1000"),
+            ("queued.max.messages.kbytes", "16384"),
             // Consumer lag per partition for /metrics (see consumer.rs).
             ("statistics.interval.ms", "5000"),
         ],
@@ -52,7 +57,9 @@ pub fn producer_config(settings: &KafkaSettings) -> ClientConfig {
         &[
             ("enable.idempotence", "true"),
             ("acks", "all"),
-            ("linger.ms", "5"),
+            // A response is one small message per job; waiting to batch it only delays the
+            // job's end (and its offset). Concurrent responses still share requests.
+            ("linger.ms", "0"),
             // One publish attempt ends within 30 s (librdkafka's default is 5 min); the
             // publisher retries with backoff, then dead-letters.
             ("message.timeout.ms", "30000"),

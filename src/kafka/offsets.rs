@@ -64,6 +64,11 @@ impl OffsetTracker {
         self.parts.remove(tp);
     }
 
+    /// The partitions assigned now.
+    pub fn partitions(&self) -> impl Iterator<Item = &Tp> {
+        self.parts.keys()
+    }
+
     pub fn is_assigned(&self, tp: &Tp) -> bool {
         self.parts.contains_key(tp)
     }

@@ -117,7 +117,7 @@ impl Metrics {
             rebalances: counter_vec("kafka_rebalances_total", "Rebalance events", &["kind"]),
             paused: gauge(
                 "kafka_paused",
-                "1 while fetching is paused (in-flight bound or draining)",
+                "1 while the partitions are paused (the in-flight bound held for 1 s, or draining)",
             ),
             assigned_partitions: gauge("kafka_assigned_partitions", "Partitions assigned"),
             consumer_lag: reg(
