@@ -299,6 +299,7 @@ fn record(svc: &Services, r: &OptimizeResponse, started: Instant) {
         stage = r.error.as_ref().map_or("", |e| e.stage.as_str()),
         attempts = r.attempts,
         outputs = r.outputs.len(),
+        replayed = r.replayed,
         duration_ms = r.duration_ms,
         "job finished"
     );

@@ -371,6 +371,38 @@ impl Stack {
             .await;
     }
 
+    /// Sends many requests through one producer.
+    pub async fn send_all(&self, reqs: &[OptimizeRequest]) {
+        let producer = self.producer();
+        let sends = reqs.iter().map(|r| {
+            let payload = serde_json::to_vec(r).unwrap();
+            let producer = &producer;
+            async move {
+                let record = FutureRecord::to(&self.request_topic)
+                    .key(&r.media_id)
+                    .payload(&payload);
+                producer
+                    .send(record, Timeout::After(Duration::from_secs(30)))
+                    .await
+                    .map_err(|(e, _)| e)
+                    .unwrap();
+            }
+        });
+        futures_util::future::join_all(sends).await;
+    }
+
+    /// How many responses the (single-partition) response topic holds: its high watermark.
+    pub fn response_count(&self) -> i64 {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.broker.bootstrap())
+            .create()
+            .unwrap();
+        let (_, high) = c
+            .fetch_watermarks(&self.response_topic, 0, Duration::from_secs(10))
+            .unwrap();
+        high
+    }
+
     /// Reads the response topic from the start.
     pub fn responses(&self) -> Responses {
         let c: BaseConsumer = ClientConfig::new()

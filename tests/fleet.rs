@@ -1,0 +1,405 @@
+//! Fleet delivery under faults: worker processes in one consumer group against the real broker
+//! (tansu) and S3 server (s3s-fs), a 4-partition request topic, one scenario per fault.
+//!
+//! Every scenario produces its requests up front (a backlog: the workers are under load the
+//! whole time), injects its fault when a given share of the responses has arrived, and then
+//! asserts what the product promises:
+//! - every request got a final success response;
+//! - every output a response lists exists in S3 and decodes;
+//! - requests processed to completion more than once (counted from the `job finished` log
+//!   lines of every worker, killed ones included) ≤ the jobs in flight at the faults;
+//! - every other repeated response was answered from the stored manifest (`replayed`).
+//!
+//! Each scenario prints one `fleet ...` line with its figures. `FLEET_REQUESTS` sets the
+//! requests per scenario: 60 in `make test`, 300 in `make test-fleet`. Scenarios run one at a
+//! time (each starts its own broker, S3 server and workers).
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures_util::StreamExt;
+use media_worker::contract::OptimizeRequest;
+use media_worker::media::vips::Image;
+
+/// Small corpus photos (the jobs are real, with analysis, just short).
+const IMAGES: [&str; 8] = [
+    "sharp_bggn4a16.png",
+    "sharp_5_webp_a.webp",
+    "imageio_chelsea.png",
+    "imageio_coffee.png",
+    "imageio_astronaut.png",
+    "sharp_Landscape_1.jpg",
+    "pillow_hopper_orientation_6.webp",
+    "face_recognition_obama.jpg",
+];
+const PARTITIONS: u32 = 4;
+const DONE_WITHIN: Duration = Duration::from_secs(15 * 60);
+
+/// One scenario at a time: each runs three or more workers on this machine's cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn requests_per_scenario() -> usize {
+    std::env::var("FLEET_REQUESTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60)
+}
+
+/// Reads responses on a thread of its own, timestamped, while the scenario runs.
+struct Collector {
+    got: Arc<Mutex<Vec<(Instant, Received)>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Collector {
+    fn start(responses: Responses) -> Collector {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = {
+            let (got, stop) = (got.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Some(r) = responses.next(Duration::from_millis(200)) {
+                        got.lock().unwrap().push((Instant::now(), r));
+                    }
+                }
+            })
+        };
+        Collector {
+            got,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.got.lock().unwrap().len()
+    }
+
+    /// Distinct media ids answered with success (panics at the first failure response: none
+    /// is expected, and waiting for the missing success would only time out).
+    fn succeeded(&self) -> usize {
+        let got = self.got.lock().unwrap();
+        if let Some((_, r)) = got.iter().find(|(_, r)| !r.body.success) {
+            panic!("{} failed: {:?}", r.key, r.body.error);
+        }
+        let mut ids: Vec<_> = got
+            .iter()
+            .filter(|(_, r)| r.body.success)
+            .map(|(_, r)| r.key.as_str())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.len()
+    }
+
+    fn finish(mut self) -> Vec<(Instant, Received)> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        std::mem::take(&mut self.got.lock().unwrap())
+    }
+}
+
+/// Workers, the requests and what the faults did.
+struct Fleet {
+    name: &'static str,
+    stack: Stack,
+    env: HashMap<String, String>,
+    workers: Vec<Worker>,
+    /// Stopped or killed workers, kept for their logs.
+    retired: Vec<Worker>,
+    collector: Collector,
+    requests: Vec<OptimizeRequest>,
+    /// Jobs running on the workers a fault hit, summed over the faults.
+    in_flight_at_faults: usize,
+    started: Instant,
+}
+
+impl Fleet {
+    async fn start(name: &'static str, workers: usize) -> Fleet {
+        let stack = Stack::start(PARTITIONS).await;
+        for image in IMAGES {
+            stack.upload_corpus(image).await;
+        }
+        let mut env = stack.worker_env(&format!("fleet-{name}"));
+        // Production retry policy (the harness default shortens backoff for other tests).
+        env.remove("RETRY_BASE_MS");
+        env.insert("WORKER_POOL_SIZE".into(), "1".into());
+        env.insert("RUST_LOG".into(), "info,librdkafka=warn,rdkafka=warn".into());
+        let collector = Collector::start(stack.responses());
+        let mut fleet = Fleet {
+            name,
+            stack,
+            env,
+            workers: Vec::new(),
+            retired: Vec::new(),
+            collector,
+            requests: Vec::new(),
+            in_flight_at_faults: 0,
+            started: Instant::now(),
+        };
+        for _ in 0..workers {
+            fleet.add_worker();
+        }
+        for w in &fleet.workers {
+            w.wait_ready();
+        }
+        fleet
+    }
+
+    fn add_worker(&mut self) {
+        self.workers.push(Worker::start(&self.env));
+    }
+
+    /// Produces the whole backlog.
+    async fn send(&mut self, n: usize) {
+        self.requests = (0..n)
+            .map(|i| request(&format!("{}-{i}", self.name), IMAGES[i % IMAGES.len()]))
+            .collect();
+        self.started = Instant::now();
+        self.stack.send_all(&self.requests).await;
+    }
+
+    /// Waits until `share` of the requests have a success response.
+    fn wait_share(&self, share: f64) {
+        let want = (self.requests.len() as f64 * share).ceil() as usize;
+        wait_for("responses", DONE_WITHIN, || {
+            (self.collector.succeeded() >= want).then_some(())
+        });
+    }
+
+    fn note_in_flight(&mut self, w: &Worker) {
+        self.in_flight_at_faults += w.jobs().len();
+    }
+
+    fn note_all_in_flight(&mut self) {
+        self.in_flight_at_faults += self.workers.iter().map(|w| w.jobs().len()).sum::<usize>();
+    }
+
+    fn kill9(&mut self, i: usize) {
+        let mut w = self.workers.remove(i);
+        self.note_in_flight(&w);
+        w.kill9();
+        self.retired.push(w);
+    }
+
+    /// SIGTERM: the worker drains and exits 0.
+    fn stop(&mut self, i: usize) {
+        let mut w = self.workers.remove(i);
+        self.note_in_flight(&w);
+        w.sigterm();
+        let status = w.wait_exit(Duration::from_secs(60));
+        assert!(status.success(), "a drained worker exits 0: {status}");
+        self.retired.push(w);
+    }
+
+    /// Everything answered, workers stopped, every response read: checks and figures.
+    async fn finish(mut self) {
+        let n = self.requests.len();
+        wait_for("every request answered with success", DONE_WITHIN, || {
+            (self.collector.succeeded() >= n).then_some(())
+        });
+        let all_done = self.started.elapsed();
+        while !self.workers.is_empty() {
+            self.stop(0);
+        }
+        // The stopped workers flushed their producers: read up to the topic's end.
+        let published = self.stack.response_count() as usize;
+        wait_for("every published response read", Duration::from_secs(60), || {
+            (self.collector.count() >= published).then_some(())
+        });
+        let got = self.collector.finish();
+        assert_eq!(got.len(), published);
+
+        // One final success per request; no failure at all.
+        let mut by_id: BTreeMap<&str, Vec<&Received>> = BTreeMap::new();
+        for (_, r) in &got {
+            by_id.entry(r.key.as_str()).or_default().push(r);
+        }
+        for req in &self.requests {
+            let rs = by_id
+                .get(req.media_id.as_str())
+                .unwrap_or_else(|| panic!("no response for {}", req.media_id));
+            for r in rs {
+                assert!(r.body.success, "{}: {:?}", req.media_id, r.body.error);
+            }
+        }
+        assert_eq!(by_id.len(), n, "responses only for the requests sent");
+
+        // Every output of every response exists and decodes.
+        let outputs: Vec<(String, String)> = got
+            .iter()
+            .flat_map(|(_, r)| r.body.outputs.iter())
+            .map(|o| (o.bucket.clone(), o.key.clone()))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let stack = &self.stack;
+        let decoded = futures_util::stream::iter(outputs.iter())
+            .map(|(bucket, key)| async move {
+                let bytes = stack.get(bucket, key).await.0;
+                tokio::task::spawn_blocking(move || decodes(&bytes))
+                    .await
+                    .unwrap()
+            })
+            .buffer_unordered(8)
+            .collect::<Vec<bool>>()
+            .await;
+        let undecodable = decoded.iter().filter(|ok| !**ok).count();
+        assert_eq!(undecodable, 0, "of {} outputs", outputs.len());
+
+        // Repeats: processed twice vs answered from the manifest.
+        let completions = completions(self.workers.iter().chain(&self.retired));
+        let completed_twice: usize = completions.values().map(|c| c.saturating_sub(1)).sum();
+        let duplicates = got.len() - n;
+        let replayed = got.iter().filter(|(_, r)| r.body.replayed).count();
+        let repeated_not_replayed: usize = by_id
+            .values()
+            .map(|rs| rs.iter().filter(|r| !r.body.replayed).count().saturating_sub(1))
+            .sum();
+        let longest_gap = got
+            .windows(2)
+            .map(|w| w[1].0 - w[0].0)
+            .max()
+            .unwrap_or_default();
+        println!(
+            "fleet scenario={} requests={n} all_succeeded_after={:.1}s throughput={:.1} req/s \
+             responses={} duplicates={duplicates} replayed={replayed} completed_twice={completed_twice} \
+             in_flight_at_faults={} longest_gap_between_responses={:.1}s outputs_decoded={}",
+            self.name,
+            all_done.as_secs_f64(),
+            n as f64 / all_done.as_secs_f64(),
+            got.len(),
+            self.in_flight_at_faults,
+            longest_gap.as_secs_f64(),
+            outputs.len(),
+        );
+        assert!(
+            completed_twice <= self.in_flight_at_faults,
+            "completed twice {completed_twice} > in flight at the faults {}",
+            self.in_flight_at_faults
+        );
+        assert!(
+            repeated_not_replayed <= completed_twice,
+            "a repeated response not from the manifest ({repeated_not_replayed}) for a job \
+             completed once"
+        );
+        for req in &self.requests {
+            assert!(
+                completions.get(req.media_id.as_str()).copied().unwrap_or(0) >= 1,
+                "{} never completed in a worker's log",
+                req.media_id
+            );
+        }
+    }
+}
+
+fn decodes(bytes: &[u8]) -> bool {
+    media_worker::media::vips::init(1);
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), bytes).unwrap();
+    Image::open(f.path())
+        .and_then(|i| i.into_memory())
+        .is_ok()
+}
+
+/// Jobs processed to completion (not answered from the manifest), per media id, from the
+/// workers' `job finished` log lines.
+fn completions<'a>(workers: impl Iterator<Item = &'a Worker>) -> HashMap<String, usize> {
+    let mut n = HashMap::new();
+    for w in workers {
+        for line in w.log().lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let f = &v["fields"];
+            if f["message"] == "job finished" && f["replayed"] == false && f["status"] != "failed"
+            {
+                let id = f["media_id"].as_str().unwrap_or_default().to_owned();
+                *n.entry(id).or_default() += 1;
+            }
+        }
+    }
+    n
+}
+
+/// a. kill -9 one worker mid-run; restart it 5 s later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_survives_kill_9_and_restart() {
+    let _one = SERIAL.lock().await;
+    let mut fleet = Fleet::start("kill9", 3).await;
+    fleet.send(requests_per_scenario()).await;
+    fleet.wait_share(0.3);
+    fleet.kill9(0);
+    // The fault: the worker stays down for 5 s.
+    std::thread::sleep(Duration::from_secs(5));
+    fleet.add_worker();
+    fleet.finish().await;
+}
+
+/// b. Rolling restart: SIGTERM each worker in turn under load and start a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_survives_a_rolling_restart() {
+    let _one = SERIAL.lock().await;
+    let mut fleet = Fleet::start("rolling", 3).await;
+    fleet.send(requests_per_scenario()).await;
+    fleet.wait_share(0.15);
+    for _ in 0..3 {
+        fleet.stop(0);
+        fleet.add_worker();
+        fleet.workers.last().unwrap().wait_ready();
+    }
+    fleet.finish().await;
+}
+
+/// c. The broker restarts mid-run (tansu's sqlite storage keeps messages and offsets).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_survives_a_broker_restart() {
+    let _one = SERIAL.lock().await;
+    let mut fleet = Fleet::start("broker", 3).await;
+    fleet.send(requests_per_scenario()).await;
+    fleet.wait_share(0.3);
+    fleet.note_all_in_flight();
+    fleet.stack.broker.restart();
+    fleet.finish().await;
+}
+
+/// d. The S3 server is down for 10 s mid-run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_survives_ten_seconds_without_s3() {
+    let _one = SERIAL.lock().await;
+    let mut fleet = Fleet::start("s3", 3).await;
+    fleet.send(requests_per_scenario()).await;
+    fleet.wait_share(0.3);
+    fleet.note_all_in_flight();
+    fleet.stack.s3.stop();
+    // The fault: S3 stays down for 10 s.
+    std::thread::sleep(Duration::from_secs(10));
+    fleet.stack.s3.restart();
+    fleet.finish().await;
+}
+
+/// e. Scale 1 → 3 → 1 under load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_scales_from_one_to_three_and_back() {
+    let _one = SERIAL.lock().await;
+    let mut fleet = Fleet::start("scale", 1).await;
+    fleet.send(requests_per_scenario()).await;
+    fleet.wait_share(0.2);
+    fleet.add_worker();
+    fleet.add_worker();
+    for w in &fleet.workers {
+        w.wait_ready();
+    }
+    fleet.wait_share(0.6);
+    fleet.stop(2);
+    fleet.stop(1);
+    fleet.finish().await;
+}
