@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 DIR ?= ../shared/corpus
 
-.PHONY: setup setup-test build release demo test lint deploy-check bench eval-faces schemas clean
+.PHONY: setup setup-test build release demo test test-fleet lint deploy-check bench eval-faces schemas clean
 
 setup:
 	@scripts/setup.sh
@@ -26,6 +26,12 @@ demo: release
 ## (clippy --all-targets) and run by `make bench`.
 test: setup-test lint deploy-check
 	cargo test --lib --bins --tests
+
+## Fleet delivery under faults: 3 worker processes, a 4-partition topic, 300 requests per
+## scenario (kill -9, rolling restart, broker restart, S3 down 10 s, scale 1 -> 3 -> 1). `make
+## test` runs the same scenarios with 60 requests each.
+test-fleet: setup-test
+	FLEET_REQUESTS=300 cargo test --test fleet -- --nocapture
 
 ## The container and Kubernetes files: Dockerfile lint, every library the release binary links
 ## provided by the runtime stage, every kustomization rendered and validated.

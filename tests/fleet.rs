@@ -84,6 +84,10 @@ impl Collector {
     /// Distinct media ids answered with success (panics at the first failure response: none
     /// is expected, and waiting for the missing success would only time out).
     fn succeeded(&self) -> usize {
+        assert!(
+            !self.thread.as_ref().is_some_and(|t| t.is_finished()),
+            "the response reader stopped"
+        );
         let got = self.got.lock().unwrap();
         if let Some((_, r)) = got.iter().find(|(_, r)| !r.body.success) {
             panic!("{} failed: {:?}", r.key, r.body.error);
@@ -132,7 +136,10 @@ impl Fleet {
         // Production retry policy (the harness default shortens backoff for other tests).
         env.remove("RETRY_BASE_MS");
         env.insert("WORKER_POOL_SIZE".into(), "1".into());
-        env.insert("RUST_LOG".into(), "info,librdkafka=warn,rdkafka=warn".into());
+        env.insert(
+            "RUST_LOG".into(),
+            "info,librdkafka=warn,rdkafka=warn".into(),
+        );
         let collector = Collector::start(stack.responses());
         let mut fleet = Fleet {
             name,
@@ -212,9 +219,11 @@ impl Fleet {
         }
         // The stopped workers flushed their producers: read up to the topic's end.
         let published = self.stack.response_count() as usize;
-        wait_for("every published response read", Duration::from_secs(60), || {
-            (self.collector.count() >= published).then_some(())
-        });
+        wait_for(
+            "every published response read",
+            Duration::from_secs(60),
+            || (self.collector.count() >= published).then_some(()),
+        );
         let got = self.collector.finish();
         assert_eq!(got.len(), published);
 
@@ -255,6 +264,14 @@ impl Fleet {
         let undecodable = decoded.iter().filter(|ok| !**ok).count();
         assert_eq!(undecodable, 0, "of {} outputs", outputs.len());
 
+        // FLEET_LOGS=DIR keeps every worker's log for a look afterwards.
+        if let Ok(dir) = std::env::var("FLEET_LOGS") {
+            std::fs::create_dir_all(&dir).unwrap();
+            for (i, w) in self.retired.iter().enumerate() {
+                let path = format!("{dir}/{}-{i}.log", self.name);
+                std::fs::write(path, w.log()).unwrap();
+            }
+        }
         // Repeats: processed twice vs answered from the manifest.
         let completions = completions(self.workers.iter().chain(&self.retired));
         let completed_twice: usize = completions.values().map(|c| c.saturating_sub(1)).sum();
@@ -262,7 +279,12 @@ impl Fleet {
         let replayed = got.iter().filter(|(_, r)| r.body.replayed).count();
         let repeated_not_replayed: usize = by_id
             .values()
-            .map(|rs| rs.iter().filter(|r| !r.body.replayed).count().saturating_sub(1))
+            .map(|rs| {
+                rs.iter()
+                    .filter(|r| !r.body.replayed)
+                    .count()
+                    .saturating_sub(1)
+            })
             .sum();
         let longest_gap = got
             .windows(2)
@@ -305,9 +327,7 @@ fn decodes(bytes: &[u8]) -> bool {
     media_worker::media::vips::init(1);
     let f = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(f.path(), bytes).unwrap();
-    Image::open(f.path())
-        .and_then(|i| i.into_memory())
-        .is_ok()
+    Image::open(f.path()).and_then(|i| i.into_memory()).is_ok()
 }
 
 /// Jobs processed to completion (not answered from the manifest), per media id, from the
@@ -320,8 +340,7 @@ fn completions<'a>(workers: impl Iterator<Item = &'a Worker>) -> HashMap<String,
                 continue;
             };
             let f = &v["fields"];
-            if f["message"] == "job finished" && f["replayed"] == false && f["status"] != "failed"
-            {
+            if f["message"] == "job finished" && f["replayed"] == false && f["status"] != "failed" {
                 let id = f["media_id"].as_str().unwrap_or_default().to_owned();
                 *n.entry(id).or_default() += 1;
             }

@@ -470,7 +470,14 @@ impl Responses {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Some(m) = self.consumer.poll(Duration::from_millis(100)) {
-                let m = m.unwrap();
+                // Transport errors while the broker restarts: the consumer reconnects.
+                let m = match m {
+                    Ok(m) => m,
+                    Err(e) => {
+                        eprintln!("response reader: {e}");
+                        continue;
+                    }
+                };
                 let tp = m.headers().and_then(|h| {
                     h.iter()
                         .find(|h| h.key == "traceparent")
