@@ -1,10 +1,11 @@
 //! Dispatch overhead: messages/s through one in-process worker (consume → dispatch → job →
 //! publish → commit) when the job itself is next to nothing, and RSS while a backlog waits.
 //!
-//!   cargo bench --bench dispatch [-- --messages 20000 --ids 50]
+//!   cargo bench --bench dispatch [-- --messages 20000 --ids 50 --broker mock|tansu]
 //!
 //! The broker is rdkafka's MockCluster (in-process, so the broker's own speed is not measured)
-//! and the store is local. `--ids` tiny images are processed first; then the backlog of
+//! or tansu (started on a free loopback port with sqlite storage, as in the tests), and the
+//! store is local. `--ids` tiny images are processed first; then the backlog of
 //! `--messages` requests is produced before the worker starts, all for those ids, so every job
 //! is answered from its stored manifest (the "no-op profile": no decode, no encode, but the
 //! full storage lookup, response, publish and commit path).
@@ -25,12 +26,45 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{DefaultProducerContext, FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
 
 mod util;
 use util::{arg, status_mib};
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+/// Where the topics live.
+enum Cluster {
+    Mock(MockCluster<'static, DefaultProducerContext>),
+    Tansu(common::Broker),
+}
+
+impl Cluster {
+    fn start(kind: &str) -> Cluster {
+        match kind {
+            "mock" => Cluster::Mock(MockCluster::new(1).unwrap()),
+            "tansu" => Cluster::Tansu(common::Broker::start()),
+            other => panic!("--broker {other}: mock or tansu"),
+        }
+    }
+
+    fn bootstrap(&self) -> String {
+        match self {
+            Cluster::Mock(c) => c.bootstrap_servers(),
+            Cluster::Tansu(b) => b.bootstrap(),
+        }
+    }
+
+    fn create_topic(&self, name: &str, partitions: i32) {
+        match self {
+            Cluster::Mock(c) => c.create_topic(name, partitions, 1).unwrap(),
+            Cluster::Tansu(b) => b.create_topic(name, partitions as u32),
+        }
+    }
+}
 
 async fn produce(producer: &FutureProducer, topic: &str, reqs: &[OptimizeRequest]) {
     let sends = reqs.iter().map(|r| {
@@ -69,18 +103,19 @@ fn take(reader: &BaseConsumer, n: usize) -> (usize, Instant) {
 fn main() {
     let messages: usize = arg("--messages", "20000").parse().unwrap();
     let ids: usize = arg("--ids", "50").parse().unwrap();
+    let broker = arg("--broker", "mock");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async move {
-        let cluster = MockCluster::new(1).unwrap();
+        let cluster = Cluster::start(&broker);
         let tmp = tempfile::tempdir().unwrap();
         let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
         let env = std::env::vars().chain([
             (
                 "KAFKA_BOOTSTRAP_SERVERS".to_owned(),
-                cluster.bootstrap_servers(),
+                cluster.bootstrap(),
             ),
             ("HTTP_ADDR".to_owned(), "127.0.0.1:0".to_owned()),
             (
@@ -94,19 +129,19 @@ fn main() {
             settings.kafka.request_topic.clone(),
             settings.kafka.response_topic.clone(),
         );
-        cluster.create_topic(&requests, 4, 1).unwrap();
-        cluster.create_topic(&responses, 1, 1).unwrap();
+        cluster.create_topic(&requests, 4);
+        cluster.create_topic(&responses, 1);
         let max_in_flight = settings.max_in_flight();
         let storage = LocalStorage::new(tmp.path().join("store")).with_bucket("corpus", &corpus);
         let svc = worker::services(Arc::new(settings.clone()), Arc::new(storage)).unwrap();
 
         let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("bootstrap.servers", cluster.bootstrap())
             .set("linger.ms", "5")
             .create()
             .unwrap();
         let reader: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("bootstrap.servers", cluster.bootstrap())
             .set("group.id", "dispatch-reader")
             .set("auto.offset.reset", "earliest")
             .create()
@@ -155,7 +190,7 @@ fn main() {
         running.await.unwrap().unwrap();
         let peak = sampler.await.unwrap();
         println!(
-            "dispatch messages={messages} replayed={replayed} max_in_flight={max_in_flight} \
+            "dispatch broker={broker} messages={messages} replayed={replayed} max_in_flight={max_in_flight} \
              wall={:.2}s ({:.0} msg/s incl. joining the group) steady={:.0} msg/s \
              rss_before={rss_before:.0}MiB rss_peak_during={peak:.0}MiB (goal >= 2000 msg/s)",
             wall.as_secs_f64(),

@@ -313,10 +313,14 @@ impl Fleet {
             "a repeated response not from the manifest ({repeated_not_replayed}) for a job \
              completed once"
         );
+        // The log count misses only jobs whose worker was killed between writing the manifest
+        // and logging: those were answered from the manifest alone.
         for req in &self.requests {
+            let logged = completions.contains_key(req.media_id.as_str());
+            let only_replayed = by_id[req.media_id.as_str()].iter().all(|r| r.body.replayed);
             assert!(
-                completions.get(req.media_id.as_str()).copied().unwrap_or(0) >= 1,
-                "{} never completed in a worker's log",
+                logged || only_replayed,
+                "{} neither completed in a worker's log nor replayed",
                 req.media_id
             );
         }

@@ -327,6 +327,9 @@ impl Stack {
         set("KAFKA_RESPONSE_TOPIC", &self.response_topic);
         set("KAFKA_PROPERTY_SESSION_TIMEOUT_MS", "6000");
         set("KAFKA_PROPERTY_MAX_POLL_INTERVAL_MS", "20000");
+        // A third of the session timeout: at librdkafka's default (3 s, half of it) tansu
+        // rebalances the group every few seconds, with 3 members even when idle.
+        set("KAFKA_PROPERTY_HEARTBEAT_INTERVAL_MS", "2000");
         set("KAFKA_COMMIT_INTERVAL_MS", "200");
         set("AWS_ENDPOINT_URL_S3", &self.s3.endpoint());
         set("AWS_ACCESS_KEY_ID", ACCESS_KEY);
