@@ -219,7 +219,7 @@ async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
             (response::for_invalid(&svc.worker, &invalid, started), None)
         }
     };
-    record(svc, &response, started);
+    record(svc, &response, &d, started);
     if let Some(m) = response.media_type {
         span.record("media.type", m.as_str());
     }
@@ -277,7 +277,7 @@ async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
 }
 
 /// Metrics and the one log line per job outcome.
-fn record(svc: &Services, r: &OptimizeResponse, started: Instant) {
+fn record(svc: &Services, r: &OptimizeResponse, d: &Delivery, started: Instant) {
     let outcome = match r.status {
         crate::contract::Status::Completed => "completed",
         crate::contract::Status::Degraded => "degraded",
@@ -294,6 +294,8 @@ fn record(svc: &Services, r: &OptimizeResponse, started: Instant) {
     tracing::info!(
         request_id = r.request_id.as_deref().unwrap_or(""),
         media_id = r.media_id.as_deref().unwrap_or(""),
+        partition = d.partition,
+        offset = d.offset,
         status = outcome,
         error_code = code,
         stage = r.error.as_ref().map_or("", |e| e.stage.as_str()),
