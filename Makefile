@@ -46,12 +46,13 @@ lint: setup
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 
-bench: setup
+bench: setup-test
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3 --analysis off
 	cargo bench --bench pipeline -- --profile variants --pool 2 --rounds 3
 	cargo bench --bench video -- --rounds 3
 	cargo bench --bench dispatch -- --messages 20000 --ids 50
+	cargo bench --bench dispatch -- --messages 20000 --ids 50 --broker tansu
 
 ## Face detection vs the counts in ../shared/corpus/MANIFEST.tsv.
 eval-faces: release
