@@ -113,6 +113,7 @@ impl Collector {
 
 /// Workers, the requests and what the faults did.
 struct Fleet {
+    _one_at_a_time: tokio::sync::MutexGuard<'static, ()>,
     name: &'static str,
     stack: Stack,
     env: HashMap<String, String>,
@@ -127,7 +128,17 @@ struct Fleet {
 }
 
 impl Fleet {
+    /// Starts `workers` workers, produces the scenario's backlog and waits until `share` of it
+    /// is answered: the moment of the fault.
+    async fn under_load(name: &'static str, workers: usize, share: f64) -> Fleet {
+        let mut fleet = Fleet::start(name, workers).await;
+        fleet.send(requests_per_scenario()).await;
+        fleet.wait_share(share);
+        fleet
+    }
+
     async fn start(name: &'static str, workers: usize) -> Fleet {
+        let one_at_a_time = SERIAL.lock().await;
         let stack = Stack::start(PARTITIONS).await;
         for image in IMAGES {
             stack.upload_corpus(image).await;
@@ -142,6 +153,7 @@ impl Fleet {
         );
         let collector = Collector::start(stack.responses());
         let mut fleet = Fleet {
+            _one_at_a_time: one_at_a_time,
             name,
             stack,
             env,
@@ -458,10 +470,7 @@ fn double_ownership(logs: &[Vec<Line>]) -> Vec<Span> {
 /// a. kill -9 one worker mid-run; restart it 5 s later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_survives_kill_9_and_restart() {
-    let _one = SERIAL.lock().await;
-    let mut fleet = Fleet::start("kill9", 3).await;
-    fleet.send(requests_per_scenario()).await;
-    fleet.wait_share(0.3);
+    let mut fleet = Fleet::under_load("kill9", 3, 0.3).await;
     fleet.kill9(0);
     // The fault: the worker stays down for 5 s.
     std::thread::sleep(Duration::from_secs(5));
@@ -472,10 +481,7 @@ async fn fleet_survives_kill_9_and_restart() {
 /// b. Rolling restart: SIGTERM each worker in turn under load and start a new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_survives_a_rolling_restart() {
-    let _one = SERIAL.lock().await;
-    let mut fleet = Fleet::start("rolling", 3).await;
-    fleet.send(requests_per_scenario()).await;
-    fleet.wait_share(0.15);
+    let mut fleet = Fleet::under_load("rolling", 3, 0.15).await;
     for _ in 0..3 {
         fleet.stop(0);
         fleet.add_worker();
@@ -487,10 +493,7 @@ async fn fleet_survives_a_rolling_restart() {
 /// c. The broker restarts mid-run (tansu's sqlite storage keeps messages and offsets).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_survives_a_broker_restart() {
-    let _one = SERIAL.lock().await;
-    let mut fleet = Fleet::start("broker", 3).await;
-    fleet.send(requests_per_scenario()).await;
-    fleet.wait_share(0.3);
+    let mut fleet = Fleet::under_load("broker", 3, 0.3).await;
     fleet.note_all_in_flight();
     fleet.stack.broker.restart();
     fleet.finish().await;
@@ -499,10 +502,7 @@ async fn fleet_survives_a_broker_restart() {
 /// d. The S3 server is down for 10 s mid-run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_survives_ten_seconds_without_s3() {
-    let _one = SERIAL.lock().await;
-    let mut fleet = Fleet::start("s3", 3).await;
-    fleet.send(requests_per_scenario()).await;
-    fleet.wait_share(0.3);
+    let mut fleet = Fleet::under_load("s3", 3, 0.3).await;
     fleet.note_all_in_flight();
     fleet.stack.s3.stop();
     // The fault: S3 stays down for 10 s.
@@ -514,10 +514,7 @@ async fn fleet_survives_ten_seconds_without_s3() {
 /// e. Scale 1 → 3 → 1 under load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_scales_from_one_to_three_and_back() {
-    let _one = SERIAL.lock().await;
-    let mut fleet = Fleet::start("scale", 1).await;
-    fleet.send(requests_per_scenario()).await;
-    fleet.wait_share(0.2);
+    let mut fleet = Fleet::under_load("scale", 1, 0.2).await;
     fleet.add_worker();
     fleet.add_worker();
     for w in &fleet.workers {
