@@ -26,8 +26,7 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::{DefaultProducerContext, FutureProducer, FutureRecord};
-use rdkafka::util::Timeout;
+use rdkafka::producer::{DefaultProducerContext, FutureProducer};
 use tokio_util::sync::CancellationToken;
 
 mod util;
@@ -64,23 +63,6 @@ impl Cluster {
             Cluster::Tansu(b) => b.create_topic(name, partitions as u32),
         }
     }
-}
-
-async fn produce(producer: &FutureProducer, topic: &str, reqs: &[OptimizeRequest]) {
-    let sends = reqs.iter().map(|r| {
-        let payload = serde_json::to_vec(r).unwrap();
-        let key = r.media_id.clone();
-        async move {
-            producer
-                .send(
-                    FutureRecord::to(topic).key(&key).payload(&payload),
-                    Timeout::Never,
-                )
-                .await
-                .unwrap();
-        }
-    });
-    futures_util::future::join_all(sends).await;
 }
 
 /// Reads `n` responses; returns how many said `replayed` and when the first one came.
@@ -167,7 +149,7 @@ fn main() {
             assert!(runner.run_registered(&r).await.success);
         }
         let backlog: Vec<_> = (ids..ids + messages).map(req).collect();
-        produce(&producer, &requests, &backlog).await;
+        common::produce_all(&producer, &requests, &backlog).await;
         let rss_before = status_mib("VmRSS:");
         let stop = CancellationToken::new();
         let started = Instant::now();

@@ -48,7 +48,7 @@ use crate::telemetry::{Health, Metrics};
 /// The longest the loop sleeps without anything waking it (a safety net for missed wakes).
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 /// How long the in-flight bound must hold before the partitions are paused.
-pub const PAUSE_AFTER: Duration = Duration::from_secs(1);
+const PAUSE_AFTER: Duration = Duration::from_secs(1);
 /// Consumer-queue events served per turn of the loop.
 const EVENTS_PER_TURN: usize = 4;
 

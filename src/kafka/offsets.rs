@@ -69,10 +69,6 @@ impl OffsetTracker {
         self.parts.keys()
     }
 
-    pub fn is_assigned(&self, tp: &Tp) -> bool {
-        self.parts.contains_key(tp)
-    }
-
     /// Records a message handed to a job; `None` if its partition is not assigned.
     pub fn dispatched(&mut self, topic: &str, partition: i32, offset: i64) -> Option<OffsetToken> {
         let st = self.parts.get_mut(&(topic.to_owned(), partition))?;

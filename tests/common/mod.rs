@@ -376,22 +376,7 @@ impl Stack {
 
     /// Sends many requests through one producer.
     pub async fn send_all(&self, reqs: &[OptimizeRequest]) {
-        let producer = self.producer();
-        let sends = reqs.iter().map(|r| {
-            let payload = serde_json::to_vec(r).unwrap();
-            let producer = &producer;
-            async move {
-                let record = FutureRecord::to(&self.request_topic)
-                    .key(&r.media_id)
-                    .payload(&payload);
-                producer
-                    .send(record, Timeout::After(Duration::from_secs(30)))
-                    .await
-                    .map_err(|(e, _)| e)
-                    .unwrap();
-            }
-        });
-        futures_util::future::join_all(sends).await;
+        produce_all(&self.producer(), &self.request_topic, reqs).await;
     }
 
     /// How many responses the (single-partition) response topic holds: its high watermark.
@@ -443,6 +428,22 @@ impl Stack {
             })
             .collect()
     }
+}
+
+/// Sends requests to `topic`, keyed by media id, all at once.
+pub async fn produce_all(producer: &FutureProducer, topic: &str, reqs: &[OptimizeRequest]) {
+    let sends = reqs.iter().map(|r| {
+        let payload = serde_json::to_vec(r).unwrap();
+        async move {
+            let record = FutureRecord::to(topic).key(&r.media_id).payload(&payload);
+            producer
+                .send(record, Timeout::After(Duration::from_secs(30)))
+                .await
+                .map_err(|(e, _)| e)
+                .unwrap();
+        }
+    });
+    futures_util::future::join_all(sends).await;
 }
 
 pub fn request(media_id: &str, source_key: &str) -> OptimizeRequest {
