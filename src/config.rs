@@ -199,12 +199,15 @@ pub struct AnalysisSettings {
     /// A second cascade for faces in profile.
     #[serde(default)]
     pub profile_cascade: Option<PathBuf>,
-    /// The profile cascade runs only on images with at least this many frontal faces.
-    pub profile_min_faces: u32,
     pub scale_factor: f64,
     pub min_neighbors: i32,
-    /// Smallest face, as a fraction of the shorter image side.
+    /// Smallest face searched (in groups), as a fraction of the shorter image side.
     pub min_face_ratio: f64,
+    /// Smallest face searched in every image.
+    pub first_pass_face_ratio: f64,
+    /// An image with at least this many faces is a group: searched again for faces down to
+    /// `min_face_ratio`, and with the profile cascade.
+    pub group_min_faces: u32,
     /// Longest side of the grey copy whose Laplacian variance is `blur_score`.
     pub blur_side: u32,
     /// `is_blurry` when `blur_score` is below this.

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
 use opencv::core::{Mat, Rect, Size, Vector};
-use opencv::objdetect::{CASCADE_SCALE_IMAGE, CascadeClassifier};
+use opencv::objdetect::CascadeClassifier;
 use opencv::prelude::*;
 use opencv::{img_hash, imgproc};
 
@@ -129,57 +129,104 @@ fn window(path: &Path) -> CvResult<Size> {
 
 /// Face boxes in the image's own pixel coordinates.
 ///
-/// The search runs on one grey copy scaled so that the smallest face of interest
-/// (`min_face_ratio` of the shorter side) just fills the frontal cascade's window: small images
-/// are enlarged as much as their small faces need (at most 3x), large ones shrunk, and every
-/// image costs about the same. The profile cascade, which has more false positives, runs only
-/// where frontal faces were found (`profile_min_faces`): turned heads in a group.
+/// One scale pyramid, searched in two parts. Every image is searched for faces of at least
+/// `first_pass_face_ratio` of its shorter side. A group (at least `group_min_faces` found) is
+/// also searched at the smaller scales, down to `min_face_ratio`, and with the profile cascade
+/// (more false positives) for turned heads. The candidates of both parts are grouped together,
+/// so a group gets exactly what one `detectMultiScale` over the whole pyramid would find; the
+/// smallest scales hold most of the windows, and other images skip them.
 pub fn faces(gray: &Mat, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
-    let short = gray.cols().min(gray.rows()) as f64;
-    let win = window(&cfg.face_cascade)?;
-    let scale = (win.width.max(win.height) as f64 / (cfg.min_face_ratio * short)).min(3.0);
-    let resized;
-    let sized = if (scale - 1.0).abs() < 0.01 {
-        gray
-    } else {
-        let interp = if scale > 1.0 {
-            imgproc::INTER_LINEAR
+    let frontal = Detection::new(gray, &cfg.face_cascade, cfg)?;
+    let split = frontal.window_for(cfg.first_pass_face_ratio.max(cfg.min_face_ratio));
+    let mut candidates = frontal.run(split, None)?;
+    let mut found = group(candidates.clone(), cfg.min_neighbors)?;
+    // A group: faces, or clusters of two candidates that may become faces with the neighbours
+    // the smaller scales add.
+    if group(candidates.clone(), 1)?.len() < cfg.group_min_faces.max(1) as usize {
+        return Ok(merge(found));
+    }
+    if split > frontal.win {
+        candidates.extend(frontal.run(frontal.win, Some(split))?);
+        found = group(candidates, cfg.min_neighbors)?;
+    }
+    if let Some(profile) = cfg.profile_cascade.as_deref() {
+        let profile = Detection::new(gray, profile, cfg)?;
+        found.extend(group(profile.run(profile.win, None)?, cfg.min_neighbors)?);
+    }
+    Ok(merge(found))
+}
+
+/// A cascade over an equalised grey copy scaled so that the smallest face of interest
+/// (`min_face_ratio` of the shorter side) just fills the cascade's window: small images are
+/// enlarged as much as their small faces need (at most 3x), large ones shrunk, so the cost is
+/// set by the ratios and `scale_factor`, not by the image size.
+struct Detection<'a> {
+    cascade: &'a Path,
+    cfg: &'a AnalysisSettings,
+    eq: Mat,
+    /// Detection image px per `gray` px.
+    scale: f64,
+    short: f64,
+    win: Size,
+}
+
+impl<'a> Detection<'a> {
+    fn new(gray: &Mat, cascade: &'a Path, cfg: &'a AnalysisSettings) -> CvResult<Self> {
+        let short = gray.cols().min(gray.rows()) as f64;
+        let win = window(cascade)?;
+        let scale = (win.width.max(win.height) as f64 / (cfg.min_face_ratio * short)).min(3.0);
+        let mut eq = Mat::default();
+        if (scale - 1.0).abs() < 0.01 {
+            imgproc::equalize_hist(gray, &mut eq)?;
         } else {
-            imgproc::INTER_AREA
-        };
-        let mut out = Mat::default();
-        imgproc::resize(gray, &mut out, Size::new(0, 0), scale, scale, interp)?;
-        resized = out;
-        &resized
-    };
-    let mut eq = Mat::default();
-    imgproc::equalize_hist(sized, &mut eq)?;
-    let detect = |path: &Path| -> CvResult<Vec<Rect>> {
+            let interp = if scale > 1.0 {
+                imgproc::INTER_LINEAR
+            } else {
+                imgproc::INTER_AREA
+            };
+            let mut sized = Mat::default();
+            imgproc::resize(gray, &mut sized, Size::new(0, 0), scale, scale, interp)?;
+            imgproc::equalize_hist(&sized, &mut eq)?;
+        }
+        Ok(Detection {
+            cascade,
+            cfg,
+            eq,
+            scale,
+            short,
+            win,
+        })
+    }
+
+    /// The smallest window that holds a face of `ratio` of the shorter side.
+    fn window_for(&self, ratio: f64) -> Size {
+        let k = ratio * self.short * self.scale / self.win.width.max(self.win.height) as f64;
+        let px = |n: i32| ((n as f64 * k).ceil() as i32).max(n);
+        Size::new(px(self.win.width), px(self.win.height))
+    }
+
+    /// Ungrouped detections (in `gray`'s pixels) with windows from `min` to below `below`.
+    /// OpenCV's pyramid is anchored at the cascade's window whatever `min` is, so runs with
+    /// adjacent ranges are parts of one pyramid.
+    fn run(&self, min: Size, below: Option<Size>) -> CvResult<Vec<Rect>> {
+        let max = below.map_or(Size::new(0, 0), |b| Size::new(b.width - 1, b.height - 1));
         let mut v = Vector::<Rect>::new();
-        let min = window(path)?;
-        with_cascade(path, |c| {
-            c.detect_multi_scale(
-                &eq,
-                &mut v,
-                cfg.scale_factor,
-                cfg.min_neighbors,
-                CASCADE_SCALE_IMAGE,
-                min,
-                Size::new(0, 0),
-            )
+        with_cascade(self.cascade, |c| {
+            c.detect_multi_scale(&self.eq, &mut v, self.cfg.scale_factor, 0, 0, min, max)
         })?;
-        let back = |x: i32| (x as f64 / scale).round() as i32;
+        let back = |x: i32| (x as f64 / self.scale).round() as i32;
         Ok(v.iter()
             .map(|r| Rect::new(back(r.x), back(r.y), back(r.width), back(r.height)))
             .collect())
-    };
-    let mut found = detect(&cfg.face_cascade)?;
-    if let Some(profile) = cfg.profile_cascade.as_deref() {
-        if found.len() >= cfg.profile_min_faces.max(1) as usize {
-            found.extend(detect(profile)?);
-        }
     }
-    Ok(merge(found))
+}
+
+/// OpenCV's grouping of raw detections: clusters of similar boxes (eps 0.2) with more than
+/// `min_neighbors` members, averaged.
+fn group(candidates: Vec<Rect>, min_neighbors: i32) -> CvResult<Vec<Rect>> {
+    let mut v = Vector::<Rect>::from(candidates);
+    opencv::objdetect::group_rectangles(&mut v, min_neighbors, 0.2)?;
+    Ok(v.to_vec())
 }
 
 /// Variance of the Laplacian of the grey image fitted to `side` px: higher is sharper.
