@@ -2,6 +2,9 @@
 //! images/s at a given pool size, CPU seconds per image, and peak RSS.
 //!
 //!   cargo bench --bench pipeline [-- --profile default --pool 2 --rounds 3 --analysis off]
+//!
+//! `--analysis compare` runs the profile with and without analysis, round by round, and
+//! prints what analysis adds.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -39,6 +42,14 @@ fn cpu_seconds() -> f64 {
     t(ru.ru_utime) + t(ru.ru_stime)
 }
 
+/// One configuration under test: a job runner and the CPU and wall time it has used.
+struct Mode {
+    name: String,
+    runner: JobRunner,
+    cpu: f64,
+    wall: f64,
+}
+
 fn main() {
     let profile = arg("--profile", "default");
     let pool = arg("--pool", "2");
@@ -46,29 +57,47 @@ fn main() {
     let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
     let photos = corpus_photos(&corpus);
     let out = tempfile::tempdir().unwrap();
-
-    // The environment applies as for the worker (FACE_CASCADE, VIPS_THREADS, ...).
-    let env = std::env::vars().chain([("WORKER_POOL_SIZE".to_owned(), pool.clone())]);
-    let mut settings = Settings::load_from(None, env).unwrap();
-    settings.worker.tmp_dir = out.path().join("scratch");
-    // `--analysis off`: the same profile without OpenCV, to measure what analysis costs.
-    let analysis = arg("--analysis", "profile");
-    if analysis != "profile" {
-        settings
-            .profiles
-            .get_mut(&profile)
-            .expect("profile")
-            .analysis = analysis == "on";
-    }
-    let storage = LocalStorage::new(out.path()).with_bucket("corpus", &corpus);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let svc = rt
-        .block_on(async { media_worker::worker::services(Arc::new(settings), Arc::new(storage)) })
-        .unwrap();
-    let pool_size = svc.settings.pool_size();
-    let runner = JobRunner::new(svc);
 
-    let run_round = |round: usize| {
+    // `--analysis off|on`: the profile with OpenCV analysis turned off or on. `compare`: both,
+    // alternating round by round so that drifts in machine speed fall on both alike, and the
+    // cost of analysis as the difference.
+    let analysis = arg("--analysis", "profile");
+    let modes: Vec<Option<bool>> = match analysis.as_str() {
+        "profile" => vec![None],
+        "compare" => vec![Some(true), Some(false)],
+        other => vec![Some(other == "on")],
+    };
+    let mut modes: Vec<Mode> = modes
+        .into_iter()
+        .map(|on| {
+            // The environment applies as for the worker (FACE_CASCADE, VIPS_THREADS, ...).
+            let env = std::env::vars().chain([("WORKER_POOL_SIZE".to_owned(), pool.clone())]);
+            let mut settings = Settings::load_from(None, env).unwrap();
+            settings.worker.tmp_dir = out.path().join("scratch");
+            let p = settings.profiles.get_mut(&profile).expect("profile");
+            if let Some(on) = on {
+                p.analysis = on;
+            }
+            let name = if p.analysis { "on" } else { "off" }.to_owned();
+            let storage = LocalStorage::new(out.path()).with_bucket("corpus", &corpus);
+            let svc = rt
+                .block_on(async {
+                    media_worker::worker::services(Arc::new(settings), Arc::new(storage))
+                })
+                .unwrap();
+            Mode {
+                name,
+                runner: JobRunner::new(svc),
+                cpu: 0.0,
+                wall: 0.0,
+            }
+        })
+        .collect();
+    let pool_size: usize = pool.parse().unwrap();
+    let in_flight = pool_size * arg("--in-flight-factor", "2").parse::<usize>().unwrap();
+
+    let run_round = |runner: &JobRunner, round: usize| {
         rt.block_on(async {
             stream::iter(photos.iter().enumerate())
                 .map(|(i, name)| {
@@ -89,26 +118,44 @@ fn main() {
                         assert!(r.success && !r.replayed, "{name}: {:?}", r.error);
                     }
                 })
-                .buffer_unordered(
-                    pool_size * arg("--in-flight-factor", "2").parse::<usize>().unwrap(),
-                )
+                .buffer_unordered(in_flight)
                 .collect::<Vec<_>>()
                 .await
         });
     };
 
-    run_round(0); // warm-up: page cache, libvips start-up
-    let (t0, c0) = (Instant::now(), cpu_seconds());
-    for round in 1..=rounds {
-        run_round(round);
+    // Warm-up: page cache, libvips start-up, cascades.
+    for m in &modes {
+        run_round(&m.runner, 0);
     }
-    let (wall, cpu) = (t0.elapsed().as_secs_f64(), cpu_seconds() - c0);
-    let images = photos.len() * rounds;
-    println!(
-        "pipeline profile={profile} analysis={analysis} pool={pool_size} images={images} wall={wall:.2}s \
-         throughput={:.2} images/s cpu_per_image={:.1}ms peak_rss={:.0}MiB",
-        images as f64 / wall,
-        cpu / images as f64 * 1000.0,
-        status_mib("VmHWM:")
-    );
+    for round in 1..=rounds {
+        let n = modes.len();
+        for k in 0..n {
+            let m = &mut modes[(round + k) % n];
+            let (t0, c0) = (Instant::now(), cpu_seconds());
+            run_round(&m.runner, round);
+            m.wall += t0.elapsed().as_secs_f64();
+            m.cpu += cpu_seconds() - c0;
+        }
+    }
+    let images = (photos.len() * rounds) as f64;
+    let peak = status_mib("VmHWM:");
+    for m in &modes {
+        println!(
+            "pipeline profile={profile} analysis={} pool={pool_size} images={images} wall={:.2}s \
+             throughput={:.2} images/s cpu_per_image={:.1}ms peak_rss={peak:.0}MiB",
+            m.name,
+            m.wall,
+            images / m.wall,
+            m.cpu / images * 1000.0,
+        );
+    }
+    if let [on, off] = &modes[..] {
+        let (on, off) = (on.cpu / images * 1000.0, off.cpu / images * 1000.0);
+        println!(
+            "analysis adds {:.1} ms CPU per image: {:+.1} % (goal <= 20 %)",
+            on - off,
+            (on / off - 1.0) * 100.0
+        );
+    }
 }

@@ -193,7 +193,7 @@ pub struct VideoSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AnalysisSettings {
-    /// Longest side of the copy analysed.
+    /// Upper bound on the longest side of the copy analysed (see `analyze::working_side`).
     pub max_side: u32,
     pub face_cascade: PathBuf,
     /// A second cascade for faces in profile.

@@ -41,7 +41,8 @@ pub fn count_faces(settings: &Settings, path: &Path) -> Result<u32, String> {
     };
     let probe = probe::run(path, format, &settings.limits).map_err(|e| e.to_string())?;
     let profile = &settings.profiles["default"];
-    let width = transform::decode_width(&probe, profile, Some(settings.analysis.max_side));
+    let side = analyze::working_side(probe.width, probe.height, &settings.analysis);
+    let width = transform::decode_width(&probe, profile, Some(side));
     let decoded = transform::decode(path, width).map_err(|e| e.to_string())?;
     let a = analyze::run(&probe, &decoded, &settings.analysis)?;
     Ok(a.vision.map_or(0, |v| v.face_count))

@@ -1,5 +1,6 @@
 //! Stage 4: what the response's `analysis` says about an image. Runs on a copy (at most
-//! `max_side` px) of the upright sRGB image the transform stage decoded: no second decode.
+//! `max_side` px, see [`working_side`]) of the upright sRGB image the transform stage decoded:
+//! no second decode.
 
 use super::Probe;
 use super::vips::Image;
@@ -42,7 +43,8 @@ fn on_working_copy<T>(
     cfg: &AnalysisSettings,
     f: impl FnOnce(&Image, &Rgb) -> vision::CvResult<T>,
 ) -> Result<T, String> {
-    let copy = working_copy(decoded, cfg.max_side).map_err(|e| e.to_string())?;
+    let side = working_side(decoded.width(), decoded.height(), cfg);
+    let copy = working_copy(decoded, side).map_err(|e| e.to_string())?;
     let work = copy.as_ref().unwrap_or(decoded);
     let pixels = work.to_bytes().map_err(|e| e.to_string())?;
     let rgb = Rgb {
@@ -51,6 +53,15 @@ fn on_working_copy<T>(
         data: &pixels,
     };
     f(work, &rgb).map_err(|e| format!("opencv: {e}"))
+}
+
+/// The longest side of the analysed copy of a `width` x `height` image: as small as the face
+/// search (its detection image, see `vision::faces`) and `blur_side` allow, at most `max_side`.
+/// Every pixel more costs in each step of the analysis.
+pub fn working_side(width: u32, height: u32, cfg: &AnalysisSettings) -> u32 {
+    let (long, short) = (width.max(height) as f64, width.min(height).max(1) as f64);
+    let faces = vision::face_search_side(cfg).unwrap_or(f64::INFINITY) * long / short;
+    (faces.max(cfg.blur_side as f64).ceil() as u32).min(cfg.max_side)
 }
 
 /// An opaque 8-bit RGB image whose longest side is at most `max_side`: the decoded image

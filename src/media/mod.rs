@@ -206,7 +206,7 @@ fn image(
     let width = transform::decode_width(
         &probe,
         &job.profile,
-        analyse.then_some(job.analysis.max_side),
+        analyse.then(|| analyze::working_side(probe.width, probe.height, &job.analysis)),
     );
     let decoded = transform::decode(input, width).map_err(at(first))?;
 

@@ -127,6 +127,13 @@ fn window(path: &Path) -> CvResult<Size> {
     with_cascade(path, |c| c.get_original_window_size())
 }
 
+/// The shorter side of the image the face search runs on: the cascade's window over
+/// `min_face_ratio`. A larger input is shrunk to it, a smaller one enlarged.
+pub fn face_search_side(cfg: &AnalysisSettings) -> CvResult<f64> {
+    let win = window(&cfg.face_cascade)?;
+    Ok(win.width.max(win.height) as f64 / cfg.min_face_ratio)
+}
+
 /// Face boxes in the image's own pixel coordinates.
 ///
 /// One scale pyramid, searched in two parts. Every image is searched for faces of at least
@@ -151,7 +158,8 @@ pub fn faces(gray: &Mat, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
     }
     if let Some(profile) = cfg.profile_cascade.as_deref() {
         let profile = Detection::new(gray, profile, cfg)?;
-        found.extend(group(profile.run(profile.win, None)?, cfg.min_neighbors)?);
+        let split = profile.window_for(cfg.first_pass_face_ratio.max(cfg.min_face_ratio));
+        found.extend(group(profile.run(split, None)?, cfg.min_neighbors)?);
     }
     Ok(merge(found))
 }
