@@ -2,8 +2,8 @@
 //! hash and an attention estimate. Input is always an upright 8-bit RGB buffer handed over as a
 //! borrowed `Mat`: nothing is encoded or decoded again.
 
-use std::cell::RefCell;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use opencv::core::{Mat, Rect, Size, Vector};
 use opencv::objdetect::CascadeClassifier;
@@ -55,27 +55,31 @@ fn fit(src: &Mat, side: i32) -> CvResult<Mat> {
     Ok(out)
 }
 
-thread_local! {
-    /// CascadeClassifier is not safe to share across threads: one per blocking thread, loaded
-    /// on first use.
-    static CASCADES: RefCell<Vec<(PathBuf, CascadeClassifier)>> = const { RefCell::new(Vec::new()) };
-}
+/// Loaded cascades not in use. A `CascadeClassifier` must not be used by two threads at once,
+/// and loading one parses a large XML file (tens of ms), so each detection borrows one from
+/// here and puts it back: as many copies are loaded as detections ever ran at once, whichever
+/// (blocking-pool) threads run them.
+static CASCADES: Mutex<Vec<(PathBuf, CascadeClassifier)>> = Mutex::new(Vec::new());
 
 fn with_cascade<T>(
     path: &Path,
     f: impl FnOnce(&mut CascadeClassifier) -> CvResult<T>,
 ) -> CvResult<T> {
-    CASCADES.with(|c| {
-        let mut c = c.borrow_mut();
-        let i = match c.iter().position(|(p, _)| p == path) {
-            Some(i) => i,
-            None => {
-                c.push((path.to_owned(), load_cascade(path)?));
-                c.len() - 1
-            }
-        };
-        f(&mut c[i].1)
-    })
+    let idle = {
+        let mut idle = CASCADES.lock().unwrap_or_else(|e| e.into_inner());
+        let i = idle.iter().position(|(p, _)| p == path);
+        i.map(|i| idle.swap_remove(i).1)
+    };
+    let mut cascade = match idle {
+        Some(c) => c,
+        None => load_cascade(path)?,
+    };
+    let result = f(&mut cascade);
+    CASCADES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((path.to_owned(), cascade));
+    result
 }
 
 /// Loads a cascade, failing clearly when the file is missing or not a cascade.
