@@ -29,7 +29,7 @@ pub fn run(
     cfg: &AnalysisSettings,
 ) -> Result<ImageAnalysis, String> {
     let start = std::time::Instant::now();
-    let vision = on_working_copy(decoded, cfg, |work, rgb| see(probe, rgb, work, cfg))?;
+    let vision = on_working_copy(decoded, cfg, |rgb| see(probe, rgb, cfg))?;
     tracing::debug!(total_ms = start.elapsed().as_millis() as u64, "analysis");
     Ok(ImageAnalysis {
         vision: Some(vision),
@@ -41,7 +41,7 @@ pub fn run(
 fn on_working_copy<T>(
     decoded: &Image,
     cfg: &AnalysisSettings,
-    f: impl FnOnce(&Image, &Rgb) -> vision::CvResult<T>,
+    f: impl FnOnce(&Rgb) -> vision::CvResult<T>,
 ) -> Result<T, String> {
     let side = working_side(decoded.width(), decoded.height(), cfg);
     let copy = working_copy(decoded, side).map_err(|e| e.to_string())?;
@@ -52,7 +52,7 @@ fn on_working_copy<T>(
         height: work.height(),
         data: &pixels,
     };
-    f(work, &rgb).map_err(|e| format!("opencv: {e}"))
+    f(&rgb).map_err(|e| format!("opencv: {e}"))
 }
 
 /// The longest side of the analysed copy of a `width` x `height` image: as small as the face
@@ -71,7 +71,7 @@ fn working_copy(decoded: &Image, max_side: u32) -> Result<Option<Image>, super::
     let reduced = if long > max_side {
         Some(
             decoded
-                .resize(max_side as f64 / long as f64)?
+                .resize_linear(max_side as f64 / long as f64)?
                 .into_memory()?,
         )
     } else {
@@ -84,7 +84,7 @@ fn working_copy(decoded: &Image, max_side: u32) -> Result<Option<Image>, super::
     Ok(reduced)
 }
 
-fn see(probe: &Probe, rgb: &Rgb, work: &Image, cfg: &AnalysisSettings) -> vision::CvResult<Vision> {
+fn see(probe: &Probe, rgb: &Rgb, cfg: &AnalysisSettings) -> vision::CvResult<Vision> {
     // Working pixels → upright source pixels.
     let t = std::time::Instant::now();
     let sx = probe.width as f64 / rgb.width as f64;
@@ -116,7 +116,7 @@ fn see(probe: &Probe, rgb: &Rgb, work: &Image, cfg: &AnalysisSettings) -> vision
     let phash = vision::phash(rgb)?;
     let t_phash = t.elapsed();
     let dominant_color = dominant_color(rgb.data);
-    let blurhash = blurhash_of(work).unwrap_or_default();
+    let blurhash = blurhash_of(rgb)?;
     tracing::debug!(
         faces_ms = t_faces.as_millis() as u64,
         focal_ms = (t_focal - t_faces).as_millis() as u64,
@@ -167,7 +167,7 @@ pub fn frame_score(
     cfg: &AnalysisSettings,
     faces: bool,
 ) -> Result<FrameScore, String> {
-    on_working_copy(decoded, cfg, |_, rgb| {
+    on_working_copy(decoded, cfg, |rgb| {
         let gray = rgb.gray()?;
         let (brightness, contrast) = vision::brightness(&gray)?;
         Ok(FrameScore {
@@ -224,19 +224,16 @@ pub fn dominant_color(rgb: &[u8]) -> String {
     format!("#{:02x}{:02x}{:02x}", m(0), m(1), m(2))
 }
 
-/// A 4x3-component BlurHash of a 32 px wide copy.
-fn blurhash_of(work: &Image) -> Option<String> {
-    let small = work
-        .resize(32.0 / work.width() as f64)
-        .ok()?
-        .into_memory()
-        .ok()?;
-    let rgb = small.to_bytes().ok()?;
-    let rgba: Vec<u8> = rgb
+/// A 4x3-component BlurHash of a copy at most 32 px wide and high.
+fn blurhash_of(rgb: &Rgb) -> vision::CvResult<String> {
+    let small = vision::shrink(rgb, 32)?;
+    let rgba: Vec<u8> = small
+        .data
         .chunks_exact(3)
         .flat_map(|p| [p[0], p[1], p[2], 255])
         .collect();
-    blurhash::encode(4, 3, small.width(), small.height(), &rgba).ok()
+    // Only fails for component counts outside 1-9.
+    Ok(blurhash::encode(4, 3, small.width, small.height, &rgba).unwrap_or_default())
 }
 
 #[cfg(test)]

@@ -83,6 +83,8 @@ unsafe extern "C" {
 const ACCESS_SEQUENTIAL: c_int = 1;
 const FAIL_ON_TRUNCATED: c_int = 1;
 const SIZE_DOWN: c_int = 2;
+/// VipsKernel.
+const KERNEL_LINEAR: c_int = 1;
 const INTENT_PERCEPTUAL: c_int = 0;
 const INTERPRETATION_SRGB: c_int = 22;
 const FORMAT_UCHAR: c_int = 0;
@@ -340,6 +342,15 @@ impl Image {
         produce("resize", |out| unsafe {
             // SAFETY: valid image; option list terminated.
             vips_resize(self.0, out, scale, END)
+        })
+    }
+
+    /// Scales by `scale` with a linear kernel: cheaper than [`Image::resize`], for copies that
+    /// are measured rather than shown.
+    pub fn resize_linear(&self, scale: f64) -> Result<Image> {
+        produce("resize", |out| unsafe {
+            // SAFETY: valid image; option names and types match vips_resize's arguments.
+            vips_resize(self.0, out, scale, c"kernel".as_ptr(), KERNEL_LINEAR, END)
         })
     }
 

@@ -38,8 +38,25 @@ impl Rgb<'_> {
     }
 }
 
+/// An owned RGB image (see [`shrink`]).
+pub struct RgbBuf {
+    pub width: u32,
+    pub height: u32,
+    pub data: Vec<u8>,
+}
+
+/// `img` fitted into `side` x `side` px by area averaging (never enlarged).
+pub fn shrink(img: &Rgb, side: i32) -> CvResult<RgbBuf> {
+    let small = fit(&img.mat()?, side)?;
+    Ok(RgbBuf {
+        width: small.cols() as u32,
+        height: small.rows() as u32,
+        data: small.data_bytes()?.to_vec(),
+    })
+}
+
 /// Resizes so that the longest side is `side` (never enlarges).
-fn fit(src: &Mat, side: i32) -> CvResult<Mat> {
+fn fit(src: &(impl MatTraitConst + opencv::core::ToInputArray), side: i32) -> CvResult<Mat> {
     let (w, h) = (src.cols(), src.rows());
     let long = w.max(h);
     if long <= side {
