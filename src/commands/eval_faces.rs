@@ -44,7 +44,11 @@ pub fn count_faces(settings: &Settings, path: &Path) -> Result<u32, String> {
     let side = analyze::working_side(probe.width, probe.height, &settings.analysis);
     let width = transform::decode_width(&probe, profile, Some(side));
     let decoded = transform::decode(path, width).map_err(|e| e.to_string())?;
-    let a = analyze::run(&probe, &decoded, &settings.analysis)?;
+    // What the worker's analysis reads (see `media::image`).
+    let shared =
+        transform::variant_for(&decoded, &probe, profile, side).map_err(|e| e.to_string())?;
+    let image = shared.as_ref().map_or(&decoded, |v| &v.image);
+    let a = analyze::run(&probe, image, &settings.analysis)?;
     Ok(a.vision.map_or(0, |v| v.face_count))
 }
 

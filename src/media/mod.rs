@@ -203,19 +203,23 @@ fn image(
         Stage::Transform
     };
     ctl.emit(Event::Stage(first));
-    let width = transform::decode_width(
-        &probe,
-        &job.profile,
-        analyse.then(|| analyze::working_side(probe.width, probe.height, &job.analysis)),
-    );
+    let side = analyse.then(|| analyze::working_side(probe.width, probe.height, &job.analysis));
+    let width = transform::decode_width(&probe, &job.profile, side);
     let decoded = transform::decode(input, width).map_err(at(first))?;
+    // A variant the transform would make anyway, made first when the analysis can read it.
+    let shared = match side {
+        Some(side) => transform::variant_for(&decoded, &probe, &job.profile, side)
+            .map_err(at(Stage::Transform))?,
+        None => None,
+    };
 
     let mut warnings = Vec::new();
     let analysis = analyse.then(|| {
         // Analysis never fails the job: on error (or a panic in native code) the variants still
         // ship, with a warning.
         let _span = tracing::info_span!("image.analyze").entered();
-        let message = match unwind(|| analyze::run(&probe, &decoded, &job.analysis)) {
+        let image = shared.as_ref().map_or(&decoded, |v| &v.image);
+        let message = match unwind(|| analyze::run(&probe, image, &job.analysis)) {
             Ok(a) => return a,
             Err(e) => e,
         };
@@ -232,7 +236,7 @@ fn image(
 
     ctl.emit(Event::Stage(Stage::Transform));
     let files = tracing::info_span!("image.compress")
-        .in_scope(|| transform::run(&decoded, &probe, &job.profile, focal, out_dir))
+        .in_scope(|| transform::run(&decoded, shared, &probe, &job.profile, focal, out_dir))
         .map_err(at(Stage::Transform))?;
     Ok(MediaOutput {
         media_type: MediaType::Image,

@@ -56,26 +56,64 @@ pub fn decode(input: &Path, width: u32) -> Result<Image, MediaError> {
         .map_err(|e| MediaError::Corrupt(e.0))
 }
 
-/// Writes every variant (and the thumbnail) of the decoded image in every profile format.
+/// A variant made ahead of the transform stage, for the analysis to read.
+pub struct Variant {
+    pub width: u32,
+    pub image: Image,
+}
+
+/// The variant `width` px wide: a resized copy, or `None` when that is the decoded width.
+fn resized(decoded: &Image, width: u32) -> Result<Option<Image>, MediaError> {
+    if width == decoded.width() {
+        return Ok(None);
+    }
+    let scale = width as f64 / decoded.width() as f64;
+    decoded
+        .resize(scale)
+        .and_then(Image::into_memory)
+        .map(Some)
+        .map_err(transform_err)
+}
+
+/// The variant the analysis can read instead of a copy of its own: the narrowest one whose
+/// longest side is at least `side`, if that is at most twice `side` (analysis costs grow with
+/// the pixels) and not the decoded image itself.
+pub fn variant_for(
+    decoded: &Image,
+    probe: &Probe,
+    profile: &Profile,
+    side: u32,
+) -> Result<Option<Variant>, MediaError> {
+    let aspect = decoded.height() as f64 / decoded.width() as f64;
+    let long = |w: u32| w.max((w as f64 * aspect).round() as u32);
+    let Some(width) = plan_widths(&profile.widths, probe.width)
+        .into_iter()
+        .find(|w| long(*w) >= side)
+    else {
+        return Ok(None);
+    };
+    if long(width) > 2 * side {
+        return Ok(None);
+    }
+    Ok(resized(decoded, width)?.map(|image| Variant { width, image }))
+}
+
+/// Writes every variant (and the thumbnail) of the decoded image in every profile format;
+/// `made` is one made earlier ([`variant_for`]).
 pub fn run(
     decoded: &Image,
+    made: Option<Variant>,
     probe: &Probe,
     profile: &Profile,
     focal: Option<Point>,
     out_dir: &Path,
 ) -> Result<Vec<ProducedFile>, MediaError> {
     let mut files = Vec::new();
+    let mut made = made;
     for w in plan_widths(&profile.widths, probe.width) {
-        let resized = if w == decoded.width() {
-            None
-        } else {
-            let scale = w as f64 / decoded.width() as f64;
-            Some(
-                decoded
-                    .resize(scale)
-                    .and_then(Image::into_memory)
-                    .map_err(transform_err)?,
-            )
+        let resized = match made.take_if(|v| v.width == w) {
+            Some(v) => Some(v.image),
+            None => resized(decoded, w)?,
         };
         let img = resized.as_ref().unwrap_or(decoded);
         encode_all(
