@@ -158,11 +158,12 @@ pub fn face_search_side(cfg: &AnalysisSettings) -> CvResult<f64> {
 /// Face boxes in the image's own pixel coordinates.
 ///
 /// One scale pyramid, searched in two parts. Every image is searched for faces of at least
-/// `first_pass_face_ratio` of its shorter side. A group (at least `group_min_faces` found) is
-/// also searched at the smaller scales, down to `min_face_ratio`, and with the profile cascade
-/// (more false positives) for turned heads. The candidates of both parts are grouped together,
-/// so a group gets exactly what one `detectMultiScale` over the whole pyramid would find; the
-/// smallest scales hold most of the windows, and other images skip them.
+/// `first_pass_face_ratio` of its shorter side. A group (at least `group_min_faces` clusters of
+/// two or more candidates) is also searched at the smaller scales, down to `min_face_ratio`,
+/// and with the profile cascade (more false positives) for turned heads. The candidates of
+/// both parts are grouped together, so a group gets what one `detectMultiScale` over the whole
+/// pyramid would find; the smallest scales hold most of the windows, and other images skip
+/// them.
 pub fn faces(gray: &Mat, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
     let frontal = Detection::new(gray, &cfg.face_cascade, cfg)?;
     let split = frontal.window_for(cfg.first_pass_face_ratio.max(cfg.min_face_ratio));
@@ -178,12 +179,21 @@ pub fn faces(gray: &Mat, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
         found = group(candidates, cfg.min_neighbors)?;
     }
     if let Some(profile) = cfg.profile_cascade.as_deref() {
+        // Turned heads in a group are about as large as the frontal faces: searched up to
+        // PROFILE_SIZE_SPAN times the largest one (all sizes when none was found).
         let profile = Detection::new(gray, profile, cfg)?;
         let split = profile.window_for(cfg.first_pass_face_ratio.max(cfg.min_face_ratio));
-        found.extend(group(profile.run(split, None)?, cfg.min_neighbors)?);
+        let largest = found.iter().map(|r| r.width.max(r.height)).max();
+        let below = largest.map(|px| {
+            let px = (px as f64 * profile.scale * PROFILE_SIZE_SPAN).ceil() as i32;
+            Size::new(px.max(split.width + 1), px.max(split.height + 1))
+        });
+        found.extend(group(profile.run(split, below)?, cfg.min_neighbors)?);
     }
     Ok(merge(found))
 }
+
+const PROFILE_SIZE_SPAN: f64 = 1.6;
 
 /// A cascade over an equalised grey copy scaled so that the smallest face of interest
 /// (`min_face_ratio` of the shorter side) just fills the cascade's window: small images are
