@@ -263,6 +263,20 @@ mod tests {
     }
 
     #[test]
+    fn the_analysis_copy_is_as_small_as_faces_and_blur_allow() {
+        let cfg = crate::config::Settings::load_from(None, Vec::new())
+            .unwrap()
+            .analysis;
+        // Faces are searched on a 286 px short side (20 px window / 0.07); blur on 512 px.
+        assert_eq!(working_side(3000, 2000, &cfg), 512);
+        assert_eq!(working_side(2000, 3000, &cfg), 512);
+        // A 3:1 panorama keeps its short side for the face search.
+        assert_eq!(working_side(3000, 1000, &cfg), 858);
+        // Never more than max_side.
+        assert_eq!(working_side(8000, 1000, &cfg), cfg.max_side);
+    }
+
+    #[test]
     fn dominant_colour_is_the_biggest_bin() {
         let mut px = [10u8, 200, 30].repeat(90);
         px.extend([250u8, 250, 250].repeat(10));

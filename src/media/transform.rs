@@ -75,9 +75,7 @@ fn resized(decoded: &Image, width: u32) -> Result<Option<Image>, MediaError> {
         .map_err(transform_err)
 }
 
-/// The variant the analysis can read instead of a copy of its own: the narrowest one whose
-/// longest side is at least `side`, if that is at most twice `side` (analysis costs grow with
-/// the pixels) and not the decoded image itself.
+/// The variant the analysis can read instead of a copy of its own (see [`analysis_width`]).
 pub fn variant_for(
     decoded: &Image,
     probe: &Probe,
@@ -85,17 +83,19 @@ pub fn variant_for(
     side: u32,
 ) -> Result<Option<Variant>, MediaError> {
     let aspect = decoded.height() as f64 / decoded.width() as f64;
-    let long = |w: u32| w.max((w as f64 * aspect).round() as u32);
-    let Some(width) = plan_widths(&profile.widths, probe.width)
-        .into_iter()
-        .find(|w| long(*w) >= side)
-    else {
-        return Ok(None);
-    };
-    if long(width) > 2 * side {
-        return Ok(None);
+    let widths = plan_widths(&profile.widths, probe.width);
+    match analysis_width(&widths, aspect, side) {
+        Some(width) => Ok(resized(decoded, width)?.map(|image| Variant { width, image })),
+        None => Ok(None),
     }
-    Ok(resized(decoded, width)?.map(|image| Variant { width, image }))
+}
+
+/// Of the planned `widths` (height = width x `aspect`), the narrowest whose longest side is at
+/// least `side`, if that is at most twice `side`: analysis costs grow with the pixels.
+pub fn analysis_width(widths: &[u32], aspect: f64, side: u32) -> Option<u32> {
+    let long = |w: u32| w.max((w as f64 * aspect).round() as u32);
+    let width = widths.iter().copied().find(|w| long(*w) >= side)?;
+    (long(width) <= 2 * side).then_some(width)
 }
 
 /// Writes every variant (and the thumbnail) of the decoded image in every profile format;
@@ -233,6 +233,19 @@ fn encode_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn analysis_reads_the_narrowest_variant_that_is_large_enough() {
+        let planned = [320, 640, 1280, 1920];
+        // 3:2 landscape, 512 px wanted: 640x427.
+        assert_eq!(analysis_width(&planned, 2.0 / 3.0, 512), Some(640));
+        // 2:3 portrait: 320x480 is too small, 640x960 will do.
+        assert_eq!(analysis_width(&planned, 1.5, 512), Some(640));
+        // A 1:4 strip: 320x1280 is more than twice 512; the analysis makes its own copy.
+        assert_eq!(analysis_width(&planned, 4.0, 512), None);
+        // Nothing large enough.
+        assert_eq!(analysis_width(&[200], 1.0, 512), None);
+    }
 
     #[test]
     fn widths_are_never_upscaled() {

@@ -332,3 +332,46 @@ pub fn attention(gray: &Mat) -> CvResult<(f64, f64)> {
     }
     Ok(((sx / sw + 0.5) / w as f64, (sy / sw + 0.5) / h as f64))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+
+    fn corpus_gray(name: &str) -> Mat {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/corpus")
+            .join(name);
+        let path = path.to_str().unwrap();
+        opencv::imgcodecs::imread(path, opencv::imgcodecs::IMREAD_GRAYSCALE).unwrap()
+    }
+
+    #[test]
+    fn a_group_gets_what_one_search_over_the_whole_pyramid_finds() {
+        let mut cfg = Settings::load_from(None, Vec::new()).unwrap().analysis;
+        cfg.profile_cascade = None;
+        // Six people; the first part alone finds fewer than the whole pyramid.
+        let gray = corpus_gray("dlib_2008_002470.jpg");
+        let d = Detection::new(&gray, &cfg.face_cascade, &cfg).unwrap();
+        let whole = merge(group(d.run(d.win, None).unwrap(), cfg.min_neighbors).unwrap());
+        assert!(whole.len() >= 4, "{whole:?}");
+        assert_eq!(faces(&gray, &cfg).unwrap(), whole);
+    }
+
+    #[test]
+    fn other_images_skip_the_smallest_scales() {
+        let mut cfg = Settings::load_from(None, Vec::new()).unwrap().analysis;
+        cfg.profile_cascade = None;
+        let gray = corpus_gray("face_recognition_alex-lacamoire.png");
+        let d = Detection::new(&gray, &cfg.face_cascade, &cfg).unwrap();
+        let first = d
+            .run(d.window_for(cfg.first_pass_face_ratio), None)
+            .unwrap();
+        let whole = d.run(d.win, None).unwrap();
+        // The smallest scales hold candidates of their own, which a one-face photo never pays for.
+        assert!(whole.len() > first.len(), "{} {}", whole.len(), first.len());
+        let found = faces(&gray, &cfg).unwrap();
+        assert_eq!(found, merge(group(first, cfg.min_neighbors).unwrap()));
+        assert_eq!(found.len(), 1, "{found:?}");
+    }
+}
