@@ -338,20 +338,23 @@ mod tests {
     use super::*;
     use crate::config::Settings;
 
-    fn corpus_gray(name: &str) -> Mat {
+    /// Settings without the profile cascade, and a corpus photo in grey.
+    fn frontal_only(name: &str) -> (AnalysisSettings, Mat) {
+        let mut cfg = Settings::load_from(None, Vec::new()).unwrap().analysis;
+        cfg.profile_cascade = None;
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../shared/corpus")
             .join(name);
-        let path = path.to_str().unwrap();
-        opencv::imgcodecs::imread(path, opencv::imgcodecs::IMREAD_GRAYSCALE).unwrap()
+        let gray =
+            opencv::imgcodecs::imread(path.to_str().unwrap(), opencv::imgcodecs::IMREAD_GRAYSCALE)
+                .unwrap();
+        (cfg, gray)
     }
 
     #[test]
     fn a_group_gets_what_one_search_over_the_whole_pyramid_finds() {
-        let mut cfg = Settings::load_from(None, Vec::new()).unwrap().analysis;
-        cfg.profile_cascade = None;
-        // Six people; the first part alone finds fewer than the whole pyramid.
-        let gray = corpus_gray("dlib_2008_002470.jpg");
+        // Six people: a group, so the smaller scales are searched too.
+        let (cfg, gray) = frontal_only("dlib_2008_002470.jpg");
         let d = Detection::new(&gray, &cfg.face_cascade, &cfg).unwrap();
         let whole = merge(group(d.run(d.win, None).unwrap(), cfg.min_neighbors).unwrap());
         assert!(whole.len() >= 4, "{whole:?}");
@@ -360,9 +363,7 @@ mod tests {
 
     #[test]
     fn other_images_skip_the_smallest_scales() {
-        let mut cfg = Settings::load_from(None, Vec::new()).unwrap().analysis;
-        cfg.profile_cascade = None;
-        let gray = corpus_gray("face_recognition_alex-lacamoire.png");
+        let (cfg, gray) = frontal_only("face_recognition_alex-lacamoire.png");
         let d = Detection::new(&gray, &cfg.face_cascade, &cfg).unwrap();
         let first = d
             .run(d.window_for(cfg.first_pass_face_ratio), None)
