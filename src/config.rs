@@ -205,8 +205,8 @@ pub struct AnalysisSettings {
     pub min_face_ratio: f64,
     /// Smallest face searched in every image.
     pub first_pass_face_ratio: f64,
-    /// An image with at least this many faces is a group: searched again for faces down to
-    /// `min_face_ratio`, and with the profile cascade.
+    /// An image with at least this many clusters of face candidates (two or more each) is a
+    /// group: searched again for faces down to `min_face_ratio`, and with the profile cascade.
     pub group_min_faces: u32,
     /// Longest side of the grey copy whose Laplacian variance is `blur_score`.
     pub blur_side: u32,
@@ -434,6 +434,13 @@ impl Settings {
                 );
                 return invalid(key, &msg);
             }
+        }
+        let ratio = |r: f64| r > 0.0 && r <= 1.0;
+        if !ratio(a.min_face_ratio) || !ratio(a.first_pass_face_ratio) {
+            return invalid(
+                "analysis",
+                "min_face_ratio and first_pass_face_ratio must be in (0, 1]",
+            );
         }
         if a.scale_factor <= 1.0 || a.min_neighbors < 1 || a.max_side < 64 {
             return invalid(
