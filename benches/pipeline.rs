@@ -94,7 +94,8 @@ fn main() {
             }
         })
         .collect();
-    let pool_size: usize = pool.parse().unwrap();
+    // As the worker sizes it (WORKER_POOL_SIZE, 0 = the CPUs it may use).
+    let pool_size = modes[0].runner.pool_size();
     let in_flight = pool_size * arg("--in-flight-factor", "2").parse::<usize>().unwrap();
 
     let run_round = |runner: &JobRunner, round: usize| {

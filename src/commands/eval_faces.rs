@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use crate::config::Settings;
-use crate::media::{analyze, probe, sniff, transform, vips};
+use crate::media::{self, analyze, probe, sniff, vips};
 
 /// (file, expected faces) from a manifest.
 pub fn expectations(manifest: &str) -> Vec<(String, u32)> {
@@ -41,12 +41,9 @@ pub fn count_faces(settings: &Settings, path: &Path) -> Result<u32, String> {
     };
     let probe = probe::run(path, format, &settings.limits).map_err(|e| e.to_string())?;
     let profile = &settings.profiles["default"];
-    let side = analyze::working_side(probe.width, probe.height, &settings.analysis);
-    let width = transform::decode_width(&probe, profile, Some(side));
-    let decoded = transform::decode(path, width).map_err(|e| e.to_string())?;
-    // What the worker's analysis reads (see `media::image`).
-    let shared =
-        transform::variant_for(&decoded, &probe, profile, side).map_err(|e| e.to_string())?;
+    // What the worker's analysis reads.
+    let (decoded, shared) = media::decode_image(path, &probe, profile, Some(&settings.analysis))
+        .map_err(|f| f.error.to_string())?;
     let image = shared.as_ref().map_or(&decoded, |v| &v.image);
     let a = analyze::run(&probe, image, &settings.analysis)?;
     Ok(a.vision.map_or(0, |v| v.face_count))

@@ -40,6 +40,11 @@ pub struct JobRunner {
 }
 
 impl JobRunner {
+    /// How many jobs run at once.
+    pub fn pool_size(&self) -> usize {
+        self.svc.settings.pool_size()
+    }
+
     pub fn new(svc: Services) -> JobRunner {
         let size = svc.settings.pool_size();
         svc.metrics.pool_size.set(size as i64);

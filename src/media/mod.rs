@@ -203,15 +203,12 @@ fn image(
         Stage::Transform
     };
     ctl.emit(Event::Stage(first));
-    let side = analyse.then(|| analyze::working_side(probe.width, probe.height, &job.analysis));
-    let width = transform::decode_width(&probe, &job.profile, side);
-    let decoded = transform::decode(input, width).map_err(at(first))?;
-    // A variant the transform would make anyway, made first when the analysis can read it.
-    let shared = match side {
-        Some(side) => transform::variant_for(&decoded, &probe, &job.profile, side)
-            .map_err(at(Stage::Transform))?,
-        None => None,
-    };
+    let (decoded, shared) = decode_image(
+        input,
+        &probe,
+        &job.profile,
+        analyse.then_some(&job.analysis),
+    )?;
 
     let mut warnings = Vec::new();
     let analysis = analyse.then(|| {
@@ -244,6 +241,32 @@ fn image(
         analysis: analysis.map(Analysis::Image),
         warnings,
     })
+}
+
+/// Decodes once, at the width every output (and the analysis, when `analysis` is given) needs.
+/// With analysis, also makes first the variant the analysis reads, when one fits
+/// ([`transform::variant_for`]); the transform stage then uses it as that variant.
+pub fn decode_image(
+    input: &Path,
+    probe: &Probe,
+    profile: &Profile,
+    analysis: Option<&AnalysisSettings>,
+) -> Result<(vips::Image, Option<transform::Variant>), MediaFailure> {
+    let first = if analysis.is_some() {
+        Stage::Analyze
+    } else {
+        Stage::Transform
+    };
+    let side = analysis.map(|a| analyze::working_side(probe.width, probe.height, a));
+    let width = transform::decode_width(probe, profile, side);
+    let decoded = transform::decode(input, width).map_err(at(first))?;
+    let shared = match side {
+        Some(side) => {
+            transform::variant_for(&decoded, probe, profile, side).map_err(at(Stage::Transform))?
+        }
+        None => None,
+    };
+    Ok((decoded, shared))
 }
 
 /// A panic in native code as an error message (for work whose failure degrades the job).
