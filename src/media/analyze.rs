@@ -30,29 +30,26 @@ pub fn run(
 ) -> Result<ImageAnalysis, String> {
     let start = std::time::Instant::now();
     let vision = on_working_copy(decoded, cfg, |rgb| see(probe, rgb, cfg))?;
-    tracing::debug!(total_ms = start.elapsed().as_millis() as u64, "analysis");
+    tracing::debug!(total_ms = ms(start.elapsed()), "analysis");
     Ok(ImageAnalysis {
         vision: Some(vision),
         ..basic(probe)
     })
 }
 
-/// Runs `f` on the working copy of `decoded` and its pixels.
+/// Runs `f` on the working copy of `decoded`: opaque RGB, at most [`working_side`] px (OpenCV
+/// resizes faster than a libvips pipeline started for one small copy).
 fn on_working_copy<T>(
     decoded: &Image,
     cfg: &AnalysisSettings,
     f: impl FnOnce(&Rgb) -> vision::CvResult<T>,
 ) -> Result<T, String> {
     let side = working_side(decoded.width(), decoded.height(), cfg);
-    let copy = working_copy(decoded, side).map_err(|e| e.to_string())?;
-    let work = copy.as_ref().unwrap_or(decoded);
-    let pixels = work.to_bytes().map_err(|e| e.to_string())?;
-    let rgb = Rgb {
-        width: work.width(),
-        height: work.height(),
-        data: &pixels,
-    };
-    f(&rgb).map_err(|e| format!("opencv: {e}"))
+    let pixels = decoded.pixels().map_err(|e| e.to_string())?;
+    let opencv = |e| format!("opencv: {e}");
+    let work = vision::opaque_fit(decoded.width(), decoded.height(), pixels, side as i32)
+        .map_err(opencv)?;
+    f(&work.rgb()).map_err(opencv)
 }
 
 /// The longest side of the analysed copy of a `width` x `height` image: as small as the face
@@ -62,26 +59,6 @@ pub fn working_side(width: u32, height: u32, cfg: &AnalysisSettings) -> u32 {
     let (long, short) = (width.max(height) as f64, width.min(height).max(1) as f64);
     let faces = vision::face_search_side(cfg).unwrap_or(f64::INFINITY) * long / short;
     (faces.max(cfg.blur_side as f64).ceil() as u32).min(cfg.max_side)
-}
-
-/// An opaque 8-bit RGB image whose longest side is at most `max_side`: the decoded image
-/// itself when it already is one (`None`), else a reduced and/or flattened copy.
-fn working_copy(decoded: &Image, max_side: u32) -> Result<Option<Image>, super::vips::VipsError> {
-    let long = decoded.width().max(decoded.height());
-    let reduced = if long > max_side {
-        Some(
-            decoded
-                .resize_linear(max_side as f64 / long as f64)?
-                .into_memory()?,
-        )
-    } else {
-        None
-    };
-    let img = reduced.as_ref().unwrap_or(decoded);
-    if img.has_alpha() {
-        return Ok(Some(img.flatten([255.0; 3])?.into_memory()?));
-    }
-    Ok(reduced)
 }
 
 fn see(probe: &Probe, rgb: &Rgb, cfg: &AnalysisSettings) -> vision::CvResult<Vision> {
@@ -118,11 +95,11 @@ fn see(probe: &Probe, rgb: &Rgb, cfg: &AnalysisSettings) -> vision::CvResult<Vis
     let dominant_color = dominant_color(rgb.data);
     let blurhash = blurhash_of(rgb)?;
     tracing::debug!(
-        faces_ms = t_faces.as_millis() as u64,
-        focal_ms = (t_focal - t_faces).as_millis() as u64,
-        blur_ms = (t_blur - t_focal).as_millis() as u64,
-        phash_ms = (t_phash - t_blur).as_millis() as u64,
-        colour_hash_ms = (t.elapsed() - t_phash).as_millis() as u64,
+        faces_ms = ms(t_faces),
+        focal_ms = ms(t_focal - t_faces),
+        blur_ms = ms(t_blur - t_focal),
+        phash_ms = ms(t_phash - t_blur),
+        colour_hash_ms = ms(t.elapsed() - t_phash),
         "analysis timings"
     );
     Ok(Vision {
@@ -135,6 +112,11 @@ fn see(probe: &Probe, rgb: &Rgb, cfg: &AnalysisSettings) -> vision::CvResult<Vis
         dominant_color,
         blurhash,
     })
+}
+
+/// A duration in ms, to 0.01 ms (debug timings).
+fn ms(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1e5).round() / 100.0
 }
 
 /// How good a video frame is as a poster.

@@ -45,6 +45,7 @@ unsafe extern "C" {
     fn vips_image_get_int(im: *const RawImage, name: *const c_char, out: *mut c_int) -> c_int;
     fn vips_image_copy_memory(im: *mut RawImage) -> *mut RawImage;
     fn vips_image_write_to_memory(im: *mut RawImage, size: *mut usize) -> *mut c_void;
+    fn vips_image_get_data(im: *mut RawImage) -> *const c_void;
     fn vips_foreign_find_load(filename: *const c_char) -> *const c_char;
 
     fn vips_thumbnail(filename: *const c_char, out: *mut *mut RawImage, width: c_int, ...)
@@ -84,7 +85,6 @@ const ACCESS_SEQUENTIAL: c_int = 1;
 const FAIL_ON_TRUNCATED: c_int = 1;
 const SIZE_DOWN: c_int = 2;
 /// VipsKernel.
-const KERNEL_LINEAR: c_int = 1;
 const INTENT_PERCEPTUAL: c_int = 0;
 const INTERPRETATION_SRGB: c_int = 22;
 const FORMAT_UCHAR: c_int = 0;
@@ -345,15 +345,6 @@ impl Image {
         })
     }
 
-    /// Scales by `scale` with a linear kernel: cheaper than [`Image::resize`], for copies that
-    /// are measured rather than shown.
-    pub fn resize_linear(&self, scale: f64) -> Result<Image> {
-        produce("resize", |out| unsafe {
-            // SAFETY: valid image; option names and types match vips_resize's arguments.
-            vips_resize(self.0, out, scale, c"kernel".as_ptr(), KERNEL_LINEAR, END)
-        })
-    }
-
     /// Cuts out a rectangle.
     pub fn extract(&self, left: u32, top: u32, width: u32, height: u32) -> Result<Image> {
         produce("extract_area", |out| unsafe {
@@ -399,6 +390,23 @@ impl Image {
             g_free(p);
             Ok(v)
         }
+    }
+
+    /// The interleaved 8-bit pixels of an image in memory ([`Image::into_memory`]), without a
+    /// copy. Any other image is computed into memory first.
+    pub fn pixels(&self) -> Result<&[u8]> {
+        // SAFETY: valid image pointer.
+        if unsafe { vips_image_get_format(self.0) } != FORMAT_UCHAR {
+            return Err(VipsError("pixels: not an 8-bit image".into()));
+        }
+        // SAFETY: valid image; the data is owned by the image and lives as long as `self`.
+        let p = unsafe { vips_image_get_data(self.0) };
+        if p.is_null() {
+            return Err(last_error("get_data"));
+        }
+        let len = self.width() as usize * self.height() as usize * self.bands() as usize;
+        // SAFETY: an 8-bit image in memory holds `len` packed bytes.
+        Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
     }
 
     /// Saves as progressive JPEG without metadata.

@@ -45,13 +45,55 @@ pub struct RgbBuf {
     pub data: Vec<u8>,
 }
 
+impl RgbBuf {
+    pub fn rgb(&self) -> Rgb<'_> {
+        Rgb {
+            width: self.width,
+            height: self.height,
+            data: &self.data,
+        }
+    }
+}
+
 /// `img` fitted into `side` x `side` px by area averaging (never enlarged).
 pub fn shrink(img: &Rgb, side: i32) -> CvResult<RgbBuf> {
-    let small = fit(&img.mat()?, side)?;
+    opaque_fit(img.width, img.height, img.data, side)
+}
+
+/// An RGB or RGBA image (3 or 4 bytes per pixel, rows packed) fitted into `side` x `side` px
+/// by area averaging (never enlarged), with its alpha flattened onto white.
+pub fn opaque_fit(width: u32, height: u32, data: &[u8], side: i32) -> CvResult<RgbBuf> {
+    let (rows, cols) = (height as i32, width as i32);
+    let small = match data.len() / (width as usize * height as usize).max(1) {
+        3 => fit(
+            &Mat::new_rows_cols_with_bytes::<opencv::core::Vec3b>(rows, cols, data)?,
+            side,
+        )?,
+        4 => fit(
+            &Mat::new_rows_cols_with_bytes::<opencv::core::Vec4b>(rows, cols, data)?,
+            side,
+        )?,
+        n => {
+            return Err(opencv::Error::new(
+                opencv::core::StsBadArg,
+                format!("{n} bytes per pixel: RGB or RGBA expected"),
+            ));
+        }
+    };
+    let bytes = small.data_bytes()?;
+    let data = if small.channels() == 4 {
+        let over_white =
+            |c: u8, a: u8| ((c as u32 * a as u32 + 255 * (255 - a as u32) + 127) / 255) as u8;
+        (bytes.chunks_exact(4))
+            .flat_map(|p| [0, 1, 2].map(|c| over_white(p[c], p[3])))
+            .collect()
+    } else {
+        bytes.to_vec()
+    };
     Ok(RgbBuf {
         width: small.cols() as u32,
         height: small.rows() as u32,
-        data: small.data_bytes()?.to_vec(),
+        data,
     })
 }
 
@@ -158,10 +200,10 @@ pub fn face_search_side(cfg: &AnalysisSettings) -> CvResult<f64> {
 /// Face boxes in the image's own pixel coordinates.
 ///
 /// One scale pyramid, searched in two parts. Every image is searched for faces of at least
-/// `first_pass_face_ratio` of its shorter side. A group (at least `group_min_faces` clusters of
-/// two or more candidates) is also searched at the smaller scales, down to `min_face_ratio`,
-/// and with the profile cascade (more false positives) for turned heads. The candidates of
-/// both parts are grouped together, so a group gets what one `detectMultiScale` over the whole
+/// `first_pass_face_ratio` of its shorter side. A group ([`Group`]) is also searched at the
+/// smaller scales, down to `min_face_ratio`, and, where the frontal cascade leaves clusters of
+/// candidates unconfirmed, with the profile cascade for turned heads. The candidates of both
+/// parts are grouped together, so a group gets what one `detectMultiScale` over the whole
 /// pyramid would find; the smallest scales hold most of the windows, and other images skip
 /// them.
 pub fn faces(gray: &Mat, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
@@ -169,16 +211,21 @@ pub fn faces(gray: &Mat, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
     let split = frontal.window_for(cfg.first_pass_face_ratio.max(cfg.min_face_ratio));
     let mut candidates = frontal.run(split, None)?;
     let mut found = group(candidates.clone(), cfg.min_neighbors)?;
-    // A group: faces, or clusters of two candidates that may become faces with the neighbours
-    // the smaller scales add.
-    if group(candidates.clone(), 1)?.len() < cfg.group_min_faces.max(1) as usize {
+    let group_of = Group::of(
+        &group(candidates.clone(), 1)?,
+        found.len(),
+        frontal.short,
+        cfg,
+    );
+    if !group_of.smaller_faces {
         return Ok(merge(found));
     }
     if split > frontal.win {
         candidates.extend(frontal.run(frontal.win, Some(split))?);
         found = group(candidates, cfg.min_neighbors)?;
     }
-    if let Some(profile) = cfg.profile_cascade.as_deref() {
+    let profile = cfg.profile_cascade.as_deref();
+    if let Some(profile) = profile.filter(|_| group_of.turned_heads) {
         // Turned heads in a group are about as large as the frontal faces: searched up to
         // PROFILE_SIZE_SPAN times the largest one (all sizes when none was found).
         let profile = Detection::new(gray, profile, cfg)?;
@@ -194,6 +241,38 @@ pub fn faces(gray: &Mat, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
 }
 
 const PROFILE_SIZE_SPAN: f64 = 1.6;
+
+/// What the clusters of the first part's candidates (two or more similar windows each) say
+/// about the searches beyond it.
+#[derive(Debug, PartialEq)]
+struct Group {
+    /// A group (`group_min_faces` clusters: faces, or candidates that may become faces with
+    /// the neighbours the smaller scales add) with a cluster near the bottom of the first
+    /// part. Faces in a group are of similar size: two people filling the frame are not a
+    /// crowd with smaller faces.
+    smaller_faces: bool,
+    /// As many clusters the frontal cascade did not confirm (a turned head gives a few frontal
+    /// windows): worth the profile cascade, the costliest search and the one with more false
+    /// positives.
+    turned_heads: bool,
+}
+
+/// A cluster below this many times the first part's smallest face is near its bottom.
+const GROUP_SIZE_SPAN: f64 = 1.5;
+
+impl Group {
+    /// `clusters` in `gray` px (shorter side `short`), `confirmed` of them faces.
+    fn of(clusters: &[Rect], confirmed: usize, short: f64, cfg: &AnalysisSettings) -> Group {
+        let min = cfg.group_min_faces.max(1) as usize;
+        let near_bottom = GROUP_SIZE_SPAN * cfg.first_pass_face_ratio * short;
+        let smaller_faces =
+            clusters.len() >= min && clusters.iter().any(|r| (r.width as f64) < near_bottom);
+        Group {
+            smaller_faces,
+            turned_heads: smaller_faces && clusters.len().saturating_sub(confirmed) >= min,
+        }
+    }
+}
 
 /// A cascade over an equalised grey copy scaled so that the smallest face of interest
 /// (`min_face_ratio` of the shorter side) just fills the cascade's window: small images are
@@ -308,16 +387,14 @@ pub fn attention(gray: &Mat) -> CvResult<(f64, f64)> {
     imgproc::sobel_def(&smooth, &mut gx, opencv::core::CV_32F, 1, 0)?;
     imgproc::sobel_def(&smooth, &mut gy, opencv::core::CV_32F, 0, 1)?;
     let (w, h) = (gray.cols() as usize, gray.rows() as usize);
-    let mut energy = Vec::with_capacity(w * h);
-    for y in 0..h as i32 {
-        for x in 0..w as i32 {
-            let (a, b) = (*gx.at_2d::<f32>(y, x)?, *gy.at_2d::<f32>(y, x)?);
-            energy.push(a * a + b * b);
-        }
-    }
-    let mut sorted = energy.clone();
-    sorted.sort_by(f32::total_cmp);
-    let cut = sorted[sorted.len() * 9 / 10];
+    let energy: Vec<f32> = (gx.data_typed::<f32>()?.iter())
+        .zip(gy.data_typed::<f32>()?)
+        .map(|(a, b)| a * a + b * b)
+        .collect();
+    let mut order = energy.clone();
+    let cut = *order
+        .select_nth_unstable_by(energy.len() * 9 / 10, f32::total_cmp)
+        .1;
     let (mut sx, mut sy, mut sw) = (0.0f64, 0.0f64, 0.0f64);
     for (i, e) in energy.iter().enumerate() {
         if *e >= cut && *e > 0.0 {
@@ -359,6 +436,73 @@ mod tests {
         let whole = merge(group(d.run(d.win, None).unwrap(), cfg.min_neighbors).unwrap());
         assert!(whole.len() >= 4, "{whole:?}");
         assert_eq!(faces(&gray, &cfg).unwrap(), whole);
+    }
+
+    #[test]
+    fn the_working_copy_is_fitted_and_opaque() {
+        // 4x2 RGBA: the left half opaque red, the right half transparent.
+        let rgba: Vec<u8> = (0..8)
+            .flat_map(|i| if i % 4 < 2 { [255, 0, 0, 255] } else { [0; 4] })
+            .collect();
+        let out = opaque_fit(4, 2, &rgba, 2).unwrap();
+        assert_eq!((out.width, out.height), (2, 1));
+        assert_eq!(out.data, [255, 0, 0, 255, 255, 255]);
+        // RGB that already fits is kept as it is.
+        let rgb = [1, 2, 3, 4, 5, 6];
+        assert_eq!(opaque_fit(2, 1, &rgb, 8).unwrap().data, rgb);
+        assert!(opaque_fit(3, 1, &rgb, 8).is_err(), "2 bytes per pixel");
+    }
+
+    /// The first part's clusters and confirmed faces, as `faces` reads them.
+    fn first_part(name: &str) -> Group {
+        let (cfg, gray) = frontal_only(name);
+        let d = Detection::new(&gray, &cfg.face_cascade, &cfg).unwrap();
+        let candidates = d
+            .run(d.window_for(cfg.first_pass_face_ratio), None)
+            .unwrap();
+        let found = group(candidates.clone(), cfg.min_neighbors).unwrap();
+        Group::of(&group(candidates, 1).unwrap(), found.len(), d.short, &cfg)
+    }
+
+    #[test]
+    fn only_groups_with_small_faces_go_on_and_only_unseen_heads_get_the_profile_cascade() {
+        // A family, heads turned: two clusters, neither a frontal face.
+        let family = first_part("dlib_2007_007763.jpg");
+        assert_eq!(
+            family,
+            Group {
+                smaller_faces: true,
+                turned_heads: true
+            }
+        );
+        // People at a table facing the camera: the frontal cascade confirms its clusters.
+        let table = first_part("dlib_2008_002470.jpg");
+        assert_eq!(
+            table,
+            Group {
+                smaller_faces: true,
+                turned_heads: false
+            }
+        );
+        // Two people filling the frame.
+        let couple = first_part("face_recognition_two_people.jpg");
+        assert_eq!(
+            couple,
+            Group {
+                smaller_faces: false,
+                turned_heads: false
+            }
+        );
+
+        // And the profile cascade is what finds the family's turned heads.
+        let (frontal, gray) = frontal_only("dlib_2007_007763.jpg");
+        let with_profile = Settings::load_from(None, Vec::new()).unwrap().analysis;
+        assert!(with_profile.profile_cascade.is_some());
+        let (a, b) = (
+            faces(&gray, &frontal).unwrap(),
+            faces(&gray, &with_profile).unwrap(),
+        );
+        assert!(b.len() > a.len(), "{a:?} {b:?}");
     }
 
     #[test]
