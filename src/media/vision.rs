@@ -200,30 +200,23 @@ pub fn face_search_side(cfg: &AnalysisSettings) -> CvResult<f64> {
 /// Face boxes in the image's own pixel coordinates.
 ///
 /// One scale pyramid, searched in two parts. Every image is searched for faces of at least
-/// `first_pass_face_ratio` of its shorter side. A group ([`Group`]) is also searched at the
-/// smaller scales, down to `min_face_ratio`, and, where the frontal cascade leaves clusters of
-/// candidates unconfirmed, with the profile cascade for turned heads. The candidates of both
-/// parts are grouped together, so a group gets what one `detectMultiScale` over the whole
-/// pyramid would find; the smallest scales hold most of the windows, and other images skip
-/// them.
+/// `first_pass_face_ratio` of its shorter side ([`FirstPart`], the smaller of them at half
+/// OpenCV's density). A group ([`Group`]) is searched again over the whole pyramid below the
+/// large faces, down to `min_face_ratio`, so it gets what one `detectMultiScale` would find,
+/// and, when the frontal cascade hardly sees it, with the profile cascade for turned heads.
+/// The smallest scales hold most of the windows, and other images skip them.
 pub fn faces(gray: &Mat, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
     let frontal = Detection::new(gray, &cfg.face_cascade, cfg)?;
-    let split = frontal.window_for(cfg.first_pass_face_ratio.max(cfg.min_face_ratio));
-    let mut candidates = frontal.run(split, None)?;
-    let mut found = group(candidates.clone(), cfg.min_neighbors)?;
-    let group_of = Group::of(
-        &group(candidates.clone(), 1)?,
-        found.len(),
-        frontal.short,
-        cfg,
-    );
+    let first = FirstPart::search(&frontal)?;
+    let mut found = group(first.candidates.clone(), cfg.min_neighbors)?;
+    let group_of = Group::of(&first.candidates, found.len(), frontal.short, cfg)?;
     if !group_of.smaller_faces {
         return Ok(merge(found));
     }
-    if split > frontal.win {
-        candidates.extend(frontal.run(frontal.win, Some(split))?);
-        found = group(candidates, cfg.min_neighbors)?;
-    }
+    // A group: the pyramid below the large faces again, whole and at OpenCV's density.
+    let mut candidates = first.large;
+    candidates.extend(frontal.run(frontal.win, Some(first.dense))?);
+    found = group(candidates, cfg.min_neighbors)?;
     let profile = cfg.profile_cascade.as_deref();
     if let Some(profile) = profile.filter(|_| group_of.turned_heads) {
         // Turned heads in a group are about as large as the frontal faces: searched up to
@@ -242,6 +235,38 @@ pub fn faces(gray: &Mat, cfg: &AnalysisSettings) -> CvResult<Vec<Rect>> {
 
 const PROFILE_SIZE_SPAN: f64 = 1.6;
 
+/// The first part of the search: faces of at least `first_pass_face_ratio`. OpenCV scans every
+/// position of its levels at factor 2 and above, every other one below. Here the faces under
+/// twice the first part's smallest are searched on its smallest level (made as OpenCV makes
+/// it), where they are below factor 2: a quarter of their windows.
+struct FirstPart {
+    /// Ungrouped, all sizes.
+    candidates: Vec<Rect>,
+    /// Those from `dense` up, scanned at OpenCV's density.
+    large: Vec<Rect>,
+    /// The frontal search's window from which faces are large.
+    dense: Size,
+}
+
+impl FirstPart {
+    fn search(frontal: &Detection) -> CvResult<FirstPart> {
+        let cfg = frontal.cfg;
+        let split = frontal.window_for(cfg.first_pass_face_ratio.max(cfg.min_face_ratio));
+        let k = frontal.first_level(split);
+        let small = frontal.level(k)?;
+        let twice = small.levels_below(2.0);
+        let dense = frontal.window(k + twice);
+        let large = frontal.run(dense, None)?;
+        let mut candidates = small.run(small.win, Some(small.window(twice)))?;
+        candidates.extend_from_slice(&large);
+        Ok(FirstPart {
+            candidates,
+            large,
+            dense,
+        })
+    }
+}
+
 /// What the clusters of the first part's candidates (two or more similar windows each) say
 /// about the searches beyond it.
 #[derive(Debug, PartialEq)]
@@ -251,9 +276,9 @@ struct Group {
     /// part. Faces in a group are of similar size: two people filling the frame are not a
     /// crowd with smaller faces.
     smaller_faces: bool,
-    /// As many clusters the frontal cascade did not confirm (a turned head gives a few frontal
-    /// windows): worth the profile cascade, the costliest search and the one with more false
-    /// positives.
+    /// A group the frontal cascade hardly sees (fewer than `group_min_faces` faces in the
+    /// first part): turned heads, worth the profile cascade, the costliest search and the one
+    /// with more false positives.
     turned_heads: bool,
 }
 
@@ -261,16 +286,23 @@ struct Group {
 const GROUP_SIZE_SPAN: f64 = 1.5;
 
 impl Group {
-    /// `clusters` in `gray` px (shorter side `short`), `confirmed` of them faces.
-    fn of(clusters: &[Rect], confirmed: usize, short: f64, cfg: &AnalysisSettings) -> Group {
+    /// From the first part's `candidates` in `gray` px (shorter side `short`), `confirmed` of
+    /// their clusters faces.
+    fn of(
+        candidates: &[Rect],
+        confirmed: usize,
+        short: f64,
+        cfg: &AnalysisSettings,
+    ) -> CvResult<Group> {
+        let clusters = group(candidates.to_vec(), 1)?;
         let min = cfg.group_min_faces.max(1) as usize;
         let near_bottom = GROUP_SIZE_SPAN * cfg.first_pass_face_ratio * short;
         let smaller_faces =
             clusters.len() >= min && clusters.iter().any(|r| (r.width as f64) < near_bottom);
-        Group {
+        Ok(Group {
             smaller_faces,
-            turned_heads: smaller_faces && clusters.len().saturating_sub(confirmed) >= min,
-        }
+            turned_heads: smaller_faces && confirmed < min,
+        })
     }
 }
 
@@ -313,6 +345,57 @@ impl<'a> Detection<'a> {
             scale,
             short,
             win,
+        })
+    }
+
+    /// The window of pyramid level `k` (factor `scale_factor`^k), rounded as OpenCV does.
+    fn window(&self, k: u32) -> Size {
+        let f = self.factor(k);
+        let px = |n: i32| (n as f64 * f).round() as i32;
+        Size::new(px(self.win.width), px(self.win.height))
+    }
+
+    fn factor(&self, k: u32) -> f64 {
+        (0..k).fold(1.0, |f, _| f * self.cfg.scale_factor)
+    }
+
+    /// The first level whose window holds `min`.
+    fn first_level(&self, min: Size) -> u32 {
+        (0..)
+            .find(|k| {
+                let w = self.window(*k);
+                w.width >= min.width && w.height >= min.height
+            })
+            .unwrap_or(0)
+    }
+
+    /// How many levels have a factor below `factor`.
+    fn levels_below(&self, factor: f64) -> u32 {
+        (0..).find(|k| self.factor(*k) >= factor).unwrap_or(0)
+    }
+
+    /// The same search on pyramid level `k`: the detection image resized by the level's
+    /// factor, as OpenCV makes its levels.
+    fn level(&self, k: u32) -> CvResult<Detection<'a>> {
+        let factor = self.factor(k);
+        let f = factor as f32;
+        let size = Size::new(
+            (self.eq.cols() as f32 / f).round() as i32,
+            (self.eq.rows() as f32 / f).round() as i32,
+        );
+        let mut eq = Mat::default();
+        imgproc::resize(
+            &self.eq,
+            &mut eq,
+            size,
+            0.0,
+            0.0,
+            imgproc::INTER_LINEAR_EXACT,
+        )?;
+        Ok(Detection {
+            eq,
+            scale: self.scale / factor,
+            ..*self
         })
     }
 
@@ -457,16 +540,14 @@ mod tests {
     fn first_part(name: &str) -> Group {
         let (cfg, gray) = frontal_only(name);
         let d = Detection::new(&gray, &cfg.face_cascade, &cfg).unwrap();
-        let candidates = d
-            .run(d.window_for(cfg.first_pass_face_ratio), None)
-            .unwrap();
-        let found = group(candidates.clone(), cfg.min_neighbors).unwrap();
-        Group::of(&group(candidates, 1).unwrap(), found.len(), d.short, &cfg)
+        let first = FirstPart::search(&d).unwrap();
+        let found = group(first.candidates.clone(), cfg.min_neighbors).unwrap();
+        Group::of(&first.candidates, found.len(), d.short, &cfg).unwrap()
     }
 
     #[test]
     fn only_groups_with_small_faces_go_on_and_only_unseen_heads_get_the_profile_cascade() {
-        // A family, heads turned: two clusters, neither a frontal face.
+        // A family, heads turned: clusters of candidates, hardly a frontal face among them.
         let family = first_part("dlib_2007_007763.jpg");
         assert_eq!(
             family,
@@ -475,7 +556,7 @@ mod tests {
                 turned_heads: true
             }
         );
-        // People at a table facing the camera: the frontal cascade confirms its clusters.
+        // People at a table facing the camera: the frontal cascade sees the group.
         let table = first_part("dlib_2008_002470.jpg");
         assert_eq!(
             table,
@@ -509,14 +590,31 @@ mod tests {
     fn other_images_skip_the_smallest_scales() {
         let (cfg, gray) = frontal_only("face_recognition_alex-lacamoire.png");
         let d = Detection::new(&gray, &cfg.face_cascade, &cfg).unwrap();
-        let first = d
-            .run(d.window_for(cfg.first_pass_face_ratio), None)
-            .unwrap();
+        let first = FirstPart::search(&d).unwrap();
         let whole = d.run(d.win, None).unwrap();
         // The smallest scales hold candidates of their own, which a one-face photo never pays for.
-        assert!(whole.len() > first.len(), "{} {}", whole.len(), first.len());
+        assert!(whole.len() > first.candidates.len());
         let found = faces(&gray, &cfg).unwrap();
-        assert_eq!(found, merge(group(first, cfg.min_neighbors).unwrap()));
+        assert_eq!(
+            found,
+            merge(group(first.candidates, cfg.min_neighbors).unwrap())
+        );
         assert_eq!(found.len(), 1, "{found:?}");
+    }
+
+    #[test]
+    fn the_first_part_reads_its_smallest_level_as_opencv_makes_it() {
+        let (cfg, gray) = frontal_only("dlib_2007_007763.jpg");
+        let d = Detection::new(&gray, &cfg.face_cascade, &cfg).unwrap();
+        let k = d.first_level(d.window_for(cfg.first_pass_face_ratio));
+        let level = d.level(k).unwrap();
+        // That level searched by OpenCV within the pyramid, and on its own.
+        let within = d.run(d.window(k), Some(d.window(k + 1))).unwrap();
+        let alone = level.run(level.win, Some(level.window(1))).unwrap();
+        assert!(!within.is_empty());
+        assert_eq!(alone.len(), within.len(), "{alone:?} {within:?}");
+        // The same windows (up to rounding on the way back to the image's pixels).
+        let near = |a: &Rect, b: &Rect| (a.x - b.x).abs() <= 1 && (a.y - b.y).abs() <= 1;
+        assert!(alone.iter().all(|a| within.iter().any(|b| near(a, b))));
     }
 }
