@@ -47,7 +47,7 @@ lint: setup
 	cargo clippy --all-targets -- -D warnings
 
 bench: setup-test
-	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 6 --analysis compare
+	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 10 --analysis compare
 	cargo bench --bench pipeline -- --profile variants --pool 2 --rounds 3
 	cargo bench --bench video -- --rounds 3
 	cargo bench --bench dispatch -- --messages 20000 --ids 50
