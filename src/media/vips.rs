@@ -84,7 +84,6 @@ unsafe extern "C" {
 const ACCESS_SEQUENTIAL: c_int = 1;
 const FAIL_ON_TRUNCATED: c_int = 1;
 const SIZE_DOWN: c_int = 2;
-/// VipsKernel.
 const INTENT_PERCEPTUAL: c_int = 0;
 const INTERPRETATION_SRGB: c_int = 22;
 const FORMAT_UCHAR: c_int = 0;

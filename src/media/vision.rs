@@ -200,8 +200,8 @@ pub fn face_search_side(cfg: &AnalysisSettings) -> CvResult<f64> {
 /// Face boxes in the image's own pixel coordinates.
 ///
 /// One scale pyramid, searched in two parts. Every image is searched for faces of at least
-/// `first_pass_face_ratio` of its shorter side ([`FirstPart`], the smaller of them at half
-/// OpenCV's density). A group ([`Group`]) is searched again over the whole pyramid below the
+/// `first_pass_face_ratio` of its shorter side ([`FirstPart`], the smaller of them at every
+/// other position). A group ([`Group`]) is searched again over the whole pyramid below the
 /// large faces, down to `min_face_ratio`, so it gets what one `detectMultiScale` would find,
 /// and, when the frontal cascade hardly sees it, with the profile cascade for turned heads.
 /// The smallest scales hold most of the windows, and other images skip them.
@@ -286,8 +286,8 @@ struct Group {
 const GROUP_SIZE_SPAN: f64 = 1.5;
 
 impl Group {
-    /// From the first part's `candidates` in `gray` px (shorter side `short`), `confirmed` of
-    /// their clusters faces.
+    /// From the first part's `candidates` in `gray` px (shorter side `short`) and how many
+    /// faces they made (`confirmed`).
     fn of(
         candidates: &[Rect],
         confirmed: usize,
@@ -366,12 +366,14 @@ impl<'a> Detection<'a> {
                 let w = self.window(*k);
                 w.width >= min.width && w.height >= min.height
             })
-            .unwrap_or(0)
+            .expect("windows grow with the level")
     }
 
     /// How many levels have a factor below `factor`.
     fn levels_below(&self, factor: f64) -> u32 {
-        (0..).find(|k| self.factor(*k) >= factor).unwrap_or(0)
+        (0..)
+            .find(|k| self.factor(*k) >= factor)
+            .expect("factors grow with the level")
     }
 
     /// The same search on pyramid level `k`: the detection image resized by the level's
