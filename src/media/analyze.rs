@@ -208,7 +208,7 @@ pub fn dominant_color(rgb: &[u8]) -> String {
 
 /// A 4x3-component BlurHash of a copy at most 32 px wide and high.
 fn blurhash_of(rgb: &Rgb) -> vision::CvResult<String> {
-    let small = vision::shrink(rgb, 32)?;
+    let small = vision::opaque_fit(rgb.width, rgb.height, rgb.data, 32)?;
     let rgba: Vec<u8> = small
         .data
         .chunks_exact(3)

@@ -38,7 +38,7 @@ impl Rgb<'_> {
     }
 }
 
-/// An owned RGB image (see [`shrink`]).
+/// An owned RGB image (see [`opaque_fit`]).
 pub struct RgbBuf {
     pub width: u32,
     pub height: u32,
@@ -53,11 +53,6 @@ impl RgbBuf {
             data: &self.data,
         }
     }
-}
-
-/// `img` fitted into `side` x `side` px by area averaging (never enlarged).
-pub fn shrink(img: &Rgb, side: i32) -> CvResult<RgbBuf> {
-    opaque_fit(img.width, img.height, img.data, side)
 }
 
 /// An RGB or RGBA image (3 or 4 bytes per pixel, rows packed) fitted into `side` x `side` px
@@ -538,7 +533,7 @@ mod tests {
         assert!(opaque_fit(3, 1, &rgb, 8).is_err(), "2 bytes per pixel");
     }
 
-    /// The first part's clusters and confirmed faces, as `faces` reads them.
+    /// What the first part says about a corpus photo, as `faces` reads it.
     fn first_part(name: &str) -> Group {
         let (cfg, gray) = frontal_only(name);
         let d = Detection::new(&gray, &cfg.face_cascade, &cfg).unwrap();
