@@ -205,8 +205,9 @@ pub struct AnalysisSettings {
     pub min_face_ratio: f64,
     /// Smallest face searched in every image.
     pub first_pass_face_ratio: f64,
-    /// An image with at least this many clusters of face candidates (two or more each) is a
-    /// group: searched again for faces down to `min_face_ratio`, and with the profile cascade.
+    /// An image with at least this many clusters of face candidates (two or more each), one
+    /// near `first_pass_face_ratio`, is a group: searched again for faces down to
+    /// `min_face_ratio`, and with the profile cascade when fewer frontal faces were found.
     pub group_min_faces: u32,
     /// Longest side of the grey copy whose Laplacian variance is `blur_score`.
     pub blur_side: u32,

@@ -197,12 +197,7 @@ fn image(
     let probe = probe::run(input, format, &job.limits).map_err(at(Stage::Probe))?;
 
     let analyse = job.profile.analysis;
-    let first = if analyse {
-        Stage::Analyze
-    } else {
-        Stage::Transform
-    };
-    ctl.emit(Event::Stage(first));
+    ctl.emit(Event::Stage(decode_stage(analyse)));
     let (decoded, shared) = decode_image(
         input,
         &probe,
@@ -252,11 +247,7 @@ pub fn decode_image(
     profile: &Profile,
     analysis: Option<&AnalysisSettings>,
 ) -> Result<(vips::Image, Option<transform::Variant>), MediaFailure> {
-    let first = if analysis.is_some() {
-        Stage::Analyze
-    } else {
-        Stage::Transform
-    };
+    let first = decode_stage(analysis.is_some());
     let side = analysis.map(|a| analyze::working_side(probe.width, probe.height, a));
     let width = transform::decode_width(probe, profile, side);
     let decoded = transform::decode(input, width).map_err(at(first))?;
@@ -267,6 +258,15 @@ pub fn decode_image(
         None => None,
     };
     Ok((decoded, shared))
+}
+
+/// The stage the input is decoded in: the first one that reads pixels.
+fn decode_stage(analysis: bool) -> Stage {
+    if analysis {
+        Stage::Analyze
+    } else {
+        Stage::Transform
+    }
 }
 
 /// A panic in native code as an error message (for work whose failure degrades the job).

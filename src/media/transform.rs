@@ -102,14 +102,13 @@ pub fn analysis_width(widths: &[u32], aspect: f64, side: u32) -> Option<u32> {
 /// `made` is one made earlier ([`variant_for`]).
 pub fn run(
     decoded: &Image,
-    made: Option<Variant>,
+    mut made: Option<Variant>,
     probe: &Probe,
     profile: &Profile,
     focal: Option<Point>,
     out_dir: &Path,
 ) -> Result<Vec<ProducedFile>, MediaError> {
     let mut files = Vec::new();
-    let mut made = made;
     for w in plan_widths(&profile.widths, probe.width) {
         let resized = match made.take_if(|v| v.width == w) {
             Some(v) => Some(v.image),

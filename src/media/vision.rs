@@ -250,9 +250,9 @@ impl FirstPart {
         let k = frontal.first_level(split);
         let small = frontal.level(k)?;
         let twice = small.levels_below(2.0);
-        let dense = frontal.window(k + twice);
+        let dense = frontal.level_window(k + twice);
         let large = frontal.run(dense, None)?;
-        let mut candidates = small.run(small.win, Some(small.window(twice)))?;
+        let mut candidates = small.run(small.win, Some(small.level_window(twice)))?;
         candidates.extend_from_slice(&large);
         Ok(FirstPart {
             candidates,
@@ -344,7 +344,7 @@ impl<'a> Detection<'a> {
     }
 
     /// The window of pyramid level `k` (factor `scale_factor`^k), rounded as OpenCV does.
-    fn window(&self, k: u32) -> Size {
+    fn level_window(&self, k: u32) -> Size {
         let f = self.factor(k);
         let px = |n: i32| (n as f64 * f).round() as i32;
         Size::new(px(self.win.width), px(self.win.height))
@@ -358,7 +358,7 @@ impl<'a> Detection<'a> {
     fn first_level(&self, min: Size) -> u32 {
         (0..)
             .find(|k| {
-                let w = self.window(*k);
+                let w = self.level_window(*k);
                 w.width >= min.width && w.height >= min.height
             })
             .expect("windows grow with the level")
@@ -606,8 +606,10 @@ mod tests {
         let k = d.first_level(d.window_for(cfg.first_pass_face_ratio));
         let level = d.level(k).unwrap();
         // That level searched by OpenCV within the pyramid, and on its own.
-        let within = d.run(d.window(k), Some(d.window(k + 1))).unwrap();
-        let alone = level.run(level.win, Some(level.window(1))).unwrap();
+        let within = d
+            .run(d.level_window(k), Some(d.level_window(k + 1)))
+            .unwrap();
+        let alone = level.run(level.win, Some(level.level_window(1))).unwrap();
         assert!(!within.is_empty());
         assert_eq!(alone.len(), within.len(), "{alone:?} {within:?}");
         // The same windows (up to rounding on the way back to the image's pixels).
