@@ -22,10 +22,11 @@ demo: release
 	RUST_LOG=warn target/release/media-worker demo $(DIR)
 
 ## Everything: formatting, lints, unit tests, and end-to-end tests against real tansu + s3s-fs
-## (started by the test harness on free loopback ports). Benchmarks are compiled by `lint`
+## (started by the test harness on free loopback ports), under cargo-nextest: a process per test and a
+## time limit per test (.config/nextest.toml). Benchmarks are compiled by `lint`
 ## (clippy --all-targets) and run by `make bench`.
 test: setup-test lint deploy-check
-	cargo test --lib --bins --tests
+	cargo nextest run --lib --bins --tests
 
 ## Fleet delivery under faults: 3 worker processes, a 4-partition topic, 300 requests per
 ## scenario (kill -9, rolling restart, broker restart, S3 down 10 s, scale 1 -> 3 -> 1). `make

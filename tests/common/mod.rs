@@ -29,12 +29,27 @@ pub fn corpus(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// A loopback port for a server a test starts: random, below the kernel's ephemeral range (so an
+/// outgoing connection cannot take it before the server binds), free now, and never handed out
+/// twice by this process (tests run side by side).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap();
+    for _ in 0..1000 {
+        let port = fastrand::u16(20_000..32_000);
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port in 20000..32000");
+}
+
+/// The last lines of a child's log, for a failure message.
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
 pub mod synthetic;
@@ -84,10 +99,10 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
     }
 }
 
-fn wait_port(port: u16, child: &mut Child, what: &str) {
+fn wait_port(port: u16, child: &mut Child, what: &str, log: &Path) {
     wait_for(what, Duration::from_secs(60), || {
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited early: {status}");
+            panic!("{what} exited early: {status}\n{}", log_tail(log));
         }
         TcpStream::connect(("127.0.0.1", port)).ok()
     });
@@ -158,8 +173,9 @@ impl Broker {
             "--storage-engine",
             "sqlite://tansu.db",
         ]);
-        let mut child = spawn(&mut cmd, &self.dir.path().join("tansu.log"));
-        wait_port(self.port, &mut child, "tansu");
+        let log = self.dir.path().join("tansu.log");
+        let mut child = spawn(&mut cmd, &log);
+        wait_port(self.port, &mut child, "tansu", &log);
         self.child = Some(child);
     }
 
@@ -168,7 +184,7 @@ impl Broker {
     }
 
     pub fn create_topic(&self, name: &str, partitions: u32) {
-        let status = Command::new("tansu")
+        let mut child = Command::new("tansu")
             .args([
                 "topic",
                 "create",
@@ -178,8 +194,11 @@ impl Broker {
             ])
             .args(["--broker", &format!("tcp://127.0.0.1:{}", self.port)])
             .stdout(Stdio::null())
-            .status()
+            .spawn()
             .unwrap();
+        let status = wait_for("tansu topic create", Duration::from_secs(60), || {
+            child.try_wait().unwrap()
+        });
         assert!(status.success(), "tansu topic create {name}: {status}");
     }
 }
@@ -187,6 +206,10 @@ impl Broker {
 impl Drop for Broker {
     fn drop(&mut self) {
         self.stop();
+        if std::thread::panicking() {
+            let tail = log_tail(&self.dir.path().join("tansu.log"));
+            eprintln!("---- tansu log, last lines ----\n{tail}");
+        }
     }
 }
 
@@ -219,8 +242,9 @@ impl S3 {
         cmd.args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
             .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
             .arg(self.dir.path().join("data"));
-        let mut child = spawn(&mut cmd, &self.dir.path().join("s3s.log"));
-        wait_port(self.port, &mut child, "s3s-fs");
+        let log = self.dir.path().join("s3s.log");
+        let mut child = spawn(&mut cmd, &log);
+        wait_port(self.port, &mut child, "s3s-fs", &log);
         self.child = Some(child);
     }
 
@@ -237,6 +261,13 @@ impl S3 {
             .endpoint_url(self.endpoint())
             .credentials_provider(creds)
             .force_path_style(true)
+            // A test fails rather than hangs on a server that stops answering.
+            .timeout_config(
+                aws_sdk_s3::config::timeout::TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(5))
+                    .operation_attempt_timeout(Duration::from_secs(60))
+                    .build(),
+            )
             .build();
         S3Client::from_conf(conf)
     }
@@ -245,6 +276,10 @@ impl S3 {
 impl Drop for S3 {
     fn drop(&mut self) {
         self.stop();
+        if std::thread::panicking() {
+            let tail = log_tail(&self.dir.path().join("s3s.log"));
+            eprintln!("---- s3s-fs log, last lines ----\n{tail}");
+        }
     }
 }
 
@@ -401,7 +436,7 @@ impl Stack {
             .create()
             .unwrap();
         c.subscribe(&[self.response_topic.as_str()]).unwrap();
-        Responses { consumer: c }
+        Responses { consumer: Some(c) }
     }
 
     /// The group's committed offset for each partition of the request topic (-1: none).
@@ -416,6 +451,7 @@ impl Stack {
             tpl.add_partition(&self.request_topic, p);
         }
         let got = c.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
+        close_within(c, "offset reader");
         (0..partitions)
             .map(|p| {
                 match got
@@ -464,8 +500,30 @@ pub struct Received {
     pub traceparent: Option<String>,
 }
 
+/// Drops an rdkafka client on a thread of its own and waits for it at most 10 s. A consumer
+/// with a group id polls in its drop until librdkafka reports it closed, without a bound
+/// (rust-rdkafka #509); a test must fail, never hang.
+fn close_within<T: Send + 'static>(client: T, what: &'static str) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(client);
+        let _ = tx.send(());
+    });
+    if rx.recv_timeout(Duration::from_secs(10)).is_err() {
+        eprintln!("{what}: the Kafka client did not close within 10 s; left behind");
+    }
+}
+
 pub struct Responses {
-    consumer: BaseConsumer,
+    consumer: Option<BaseConsumer>,
+}
+
+impl Drop for Responses {
+    fn drop(&mut self) {
+        if let Some(c) = self.consumer.take() {
+            close_within(c, "response reader");
+        }
+    }
 }
 
 impl Responses {
@@ -473,7 +531,8 @@ impl Responses {
     pub fn next(&self, timeout: Duration) -> Option<Received> {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
-            if let Some(m) = self.consumer.poll(Duration::from_millis(100)) {
+            let consumer = self.consumer.as_ref().expect("open until dropped");
+            if let Some(m) = consumer.poll(Duration::from_millis(100)) {
                 // Transport errors while the broker restarts: the consumer reconnects.
                 let m = match m {
                     Ok(m) => m,
@@ -534,7 +593,7 @@ impl Worker {
             .env("HTTP_ADDR", http.to_string())
             .envs(env);
         let mut child = spawn(&mut cmd, &log);
-        wait_port(http.port(), &mut child, "worker http");
+        wait_port(http.port(), &mut child, "worker http", &log);
         Worker {
             child,
             http,
@@ -565,7 +624,9 @@ impl Worker {
     /// GET a path on the worker's HTTP server (plain HTTP/1.0, no client crate needed).
     pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
         use std::io::{Read, Write};
-        let mut s = TcpStream::connect(self.http).ok()?;
+        let mut s = TcpStream::connect_timeout(&self.http, Duration::from_secs(5)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+        s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
         write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
         let mut buf = String::new();
         s.read_to_string(&mut buf).ok()?;
