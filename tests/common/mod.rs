@@ -52,6 +52,13 @@ fn log_tail(log: &Path) -> String {
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
+/// A failing test prints the end of each server's log as the server is stopped.
+fn report_if_panicking(what: &str, log: &Path) {
+    if std::thread::panicking() {
+        eprintln!("---- {what} log, last lines ----\n{}", log_tail(log));
+    }
+}
+
 pub mod synthetic;
 #[allow(unused_imports)]
 pub use synthetic::synthetic_video;
@@ -206,10 +213,7 @@ impl Broker {
 impl Drop for Broker {
     fn drop(&mut self) {
         self.stop();
-        if std::thread::panicking() {
-            let tail = log_tail(&self.dir.path().join("tansu.log"));
-            eprintln!("---- tansu log, last lines ----\n{tail}");
-        }
+        report_if_panicking("tansu", &self.dir.path().join("tansu.log"));
     }
 }
 
@@ -276,10 +280,7 @@ impl S3 {
 impl Drop for S3 {
     fn drop(&mut self) {
         self.stop();
-        if std::thread::panicking() {
-            let tail = log_tail(&self.dir.path().join("s3s.log"));
-            eprintln!("---- s3s-fs log, last lines ----\n{tail}");
-        }
+        report_if_panicking("s3s-fs", &self.dir.path().join("s3s.log"));
     }
 }
 
