@@ -183,6 +183,14 @@ impl Broker {
         let log = self.dir.path().join("tansu.log");
         let mut child = spawn(&mut cmd, &log);
         wait_port(self.port, &mut child, "tansu", &log);
+        // An open port does not prove the broker serves: wait for an answer to a metadata request.
+        let probe: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap())
+            .create()
+            .unwrap();
+        wait_for("tansu answering", Duration::from_secs(60), || {
+            probe.fetch_metadata(None, Duration::from_secs(2)).ok()
+        });
         self.child = Some(child);
     }
 
@@ -191,6 +199,7 @@ impl Broker {
     }
 
     pub fn create_topic(&self, name: &str, partitions: u32) {
+        let log = self.dir.path().join(format!("create-{name}.log"));
         let mut child = Command::new("tansu")
             .args([
                 "topic",
@@ -201,12 +210,17 @@ impl Broker {
             ])
             .args(["--broker", &format!("tcp://127.0.0.1:{}", self.port)])
             .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
         let status = wait_for("tansu topic create", Duration::from_secs(60), || {
             child.try_wait().unwrap()
         });
-        assert!(status.success(), "tansu topic create {name}: {status}");
+        assert!(
+            status.success(),
+            "tansu topic create {name}: {status}\n{}",
+            log_tail(&log)
+        );
     }
 }
 
