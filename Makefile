@@ -22,7 +22,7 @@ demo: release
 	RUST_LOG=warn target/release/media-worker demo $(DIR)
 
 ## Everything: formatting, lints, unit tests, and end-to-end tests against real tansu + s3s-fs
-## (started by the test harness on free loopback ports), under cargo-nextest: a process per test and a
+## (started by the test harness on free loopback ports), under cargo-nextest: a process and a
 ## time limit per test (.config/nextest.toml). Benchmarks are compiled by `lint`
 ## (clippy --all-targets) and run by `make bench`.
 test: setup-test lint deploy-check

@@ -38,7 +38,7 @@ if [ "${1:-}" = "--test" ]; then
   fi
   # The test runner: a process and a time limit per test (.config/nextest.toml).
   if ! command -v cargo-nextest >/dev/null; then
-    echo "setup: cargo install cargo-nextest (about 5 min)"
+    echo "setup: cargo install cargo-nextest (about 5.5 min)"
     cargo install --locked cargo-nextest --version 0.9.143
   fi
   # Dockerfile lint and Kubernetes schema validation (make test), from PyPI.
