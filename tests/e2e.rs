@@ -725,7 +725,15 @@ async fn a_long_job_keeps_group_membership() {
     let (_dir, config) = slow_profile_config();
     let mut env = stack.worker_env("g-long");
     env.insert("MEDIA_WORKER_CONFIG".into(), config.display().to_string());
-    env.insert("KAFKA_PROPERTY_MAX_POLL_INTERVAL_MS".into(), "6000".into());
+    // Short group timeouts, so that the job (about 13 s here) lasts several poll intervals even
+    // on a faster machine. librdkafka wants the session timeout no longer than the interval; the
+    // heartbeat is a third of it, as for every test worker.
+    let interval = Duration::from_secs(3);
+    for key in ["MAX_POLL_INTERVAL_MS", "SESSION_TIMEOUT_MS"] {
+        let ms = interval.as_millis().to_string();
+        env.insert(format!("KAFKA_PROPERTY_{key}"), ms);
+    }
+    env.insert("KAFKA_PROPERTY_HEARTBEAT_INTERVAL_MS".into(), "1000".into());
     let worker = Worker::start(&env);
     worker.wait_ready();
     let responses = stack.responses();
@@ -737,8 +745,9 @@ async fn a_long_job_keeps_group_membership() {
     let r = responses.take(1, 5 * MINUTE).remove(0).body;
     assert_eq!(r.status, Status::Completed);
     assert!(
-        started.elapsed() > Duration::from_secs(6),
-        "the job outlasted max.poll.interval.ms"
+        started.elapsed() > 2 * interval,
+        "the job outlasted max.poll.interval.ms twice: {:?}",
+        started.elapsed()
     );
     let revokes = worker
         .metric("media_worker_kafka_rebalances_total{kind=\"revoke\"}")
