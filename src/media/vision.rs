@@ -590,7 +590,12 @@ mod tests {
         let first = FirstPart::search(&d).unwrap();
         let whole = d.run(d.win, None).unwrap();
         // The smallest scales hold candidates of their own, which a one-face photo never pays for.
-        assert!(whole.len() > first.candidates.len());
+        assert!(
+            whole.len() > first.candidates.len(),
+            "{} {}",
+            whole.len(),
+            first.candidates.len()
+        );
         let found = faces(&gray, &cfg).unwrap();
         assert_eq!(
             found,
