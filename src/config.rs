@@ -311,6 +311,24 @@ impl OutputFormat {
             Self::Avif => "image/avif",
         }
     }
+    /// The longest side an output of this format may have: WebP's 14-bit dimensions, libjpeg's
+    /// `JPEG_MAX_DIMENSION`, and for AVIF libheif's default decoding limit (its encoder writes
+    /// larger files, which libheif-based readers then refuse).
+    pub fn max_side(self) -> u32 {
+        match self {
+            Self::Webp => 16_383,
+            Self::Jpeg => 65_500,
+            Self::Avif => 16_384,
+        }
+    }
+    /// The format's usual name, for messages.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Webp => "WebP",
+            Self::Jpeg => "JPEG",
+            Self::Avif => "AVIF",
+        }
+    }
 }
 
 /// A configuration problem, reported as one line naming the key.
@@ -419,6 +437,16 @@ impl Settings {
             }
             if p.formats.iter().any(|f| f.quality == 0 || f.quality > 100) {
                 return invalid(&format!("profiles.{name}.formats"), "quality must be 1-100");
+            }
+            // Every format holds a thumbnail up to WebP's limit; variants are fitted per format.
+            if let Some(t) = p.thumbnail {
+                let max = OutputFormat::Webp.max_side();
+                if !(1..=max).contains(&t.width) || !(1..=max).contains(&t.height) {
+                    return invalid(
+                        &format!("profiles.{name}.thumbnail"),
+                        &format!("need 1 to {max} px on each side"),
+                    );
+                }
             }
         }
         let a = &self.analysis;

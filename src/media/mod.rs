@@ -9,6 +9,7 @@ pub mod transform;
 pub mod video;
 pub mod vips;
 pub mod vision;
+mod webpmux;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -227,12 +228,13 @@ fn image(
         .map(|v| v.focal_point);
 
     ctl.emit(Event::Stage(Stage::Transform));
-    let files = tracing::info_span!("image.compress")
+    let transformed = tracing::info_span!("image.compress")
         .in_scope(|| transform::run(&decoded, shared, &probe, &job.profile, focal, out_dir))
         .map_err(at(Stage::Transform))?;
+    warnings.extend(transformed.warnings);
     Ok(MediaOutput {
         media_type: MediaType::Image,
-        files,
+        files: transformed.files,
         analysis: analysis.map(Analysis::Image),
         warnings,
     })
@@ -250,7 +252,7 @@ pub fn decode_image(
     let first = decode_stage(analysis.is_some());
     let side = analysis.map(|a| analyze::working_side(probe.width, probe.height, a));
     let width = transform::decode_width(probe, profile, side);
-    let decoded = transform::decode(input, width).map_err(at(first))?;
+    let decoded = transform::decode(input, width, probe.icc_profile).map_err(at(first))?;
     let shared = match side {
         Some(side) => {
             transform::variant_for(&decoded, probe, profile, side).map_err(at(Stage::Transform))?

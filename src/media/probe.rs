@@ -18,6 +18,8 @@ pub struct Probe {
     pub orientation: u8,
     pub has_alpha: bool,
     pub frames: u32,
+    /// The file embeds an ICC profile (its pixels are converted to sRGB through it).
+    pub icc_profile: bool,
 }
 
 /// Header facts of an image whose bytes look like `format` (see `sniff`).
@@ -52,5 +54,6 @@ pub fn run(input: &Path, format: ImageFormat, limits: &Limits) -> Result<Probe, 
         orientation,
         has_alpha: img.has_alpha(),
         frames: img.pages(),
+        icc_profile: img.has_icc_profile(),
     })
 }

@@ -2,12 +2,13 @@
 //! load to the largest width needed, made upright and sRGB; every variant, the thumbnail and
 //! the analysis copy are derived from that in memory.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::vips::{Image, VipsError};
 use super::{FileFormat, MediaError, Probe, ProducedFile};
-use crate::config::{OutputFormat, Profile, ThumbnailSpec};
-use crate::contract::{Point, Rect};
+use crate::config::{FormatSpec, OutputFormat, Profile, ThumbnailSpec};
+use crate::contract::{Point, Rect, Warning};
 
 const WHITE: [f64; 3] = [255.0, 255.0, 255.0];
 
@@ -47,11 +48,13 @@ pub fn decode_width(probe: &Probe, profile: &Profile, analysis_side: Option<u32>
     (need.ceil() as u32).clamp(1, probe.width)
 }
 
-/// Decodes once: shrunk on load to `width`, upright, 8-bit sRGB, in memory. Decoder failures
-/// mean the input is corrupt.
-pub fn decode(input: &Path, width: u32) -> Result<Image, MediaError> {
-    Image::thumbnail(input, width)
+/// Decodes once: shrunk on load to `width`, upright, 8-bit sRGB (through the embedded profile
+/// when `tagged`), in memory, and without any of the source's metadata, so that no output can
+/// carry it. Decoder failures mean the input is corrupt.
+pub fn decode(input: &Path, width: u32, tagged: bool) -> Result<Image, MediaError> {
+    Image::thumbnail(input, width, tagged)
         .and_then(|i| i.to_srgb8())
+        .and_then(|i| i.without_metadata())
         .and_then(Image::into_memory)
         .map_err(|e| MediaError::Corrupt(e.0))
 }
@@ -98,8 +101,110 @@ pub fn analysis_width(widths: &[u32], aspect: f64, side: u32) -> Option<u32> {
     (long(width) <= 2 * side).then_some(width)
 }
 
-/// Writes every variant (and the thumbnail) of the decoded image in every profile format;
-/// `made` is one made earlier ([`variant_for`]).
+/// The size a planned variant is made at in one format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    /// As planned.
+    Fits,
+    /// Over the format's side limit: this narrower width keeps the long side within it.
+    Refitted { width: u32, height: u32 },
+    /// Over the limit, and a narrower variant of the format already covers it (or none can).
+    Skipped,
+}
+
+/// The height of a variant `width` px wide of an image `w` x `h` (as `vips_resize` rounds).
+fn height_at(width: u32, (w, h): (u32, u32)) -> u32 {
+    ((width as f64 * h as f64 / w as f64).round() as u32).max(1)
+}
+
+/// For each planned width (ascending), what a format with sides up to `max_side` can hold of a
+/// variant of an image `size` (upright): the variant, a refitted narrower one, or nothing.
+pub fn fit_widths(widths: &[u32], size: (u32, u32), max_side: u32) -> Vec<(u32, Fit)> {
+    let mut widest = 0;
+    widths
+        .iter()
+        .map(|&w| {
+            let h = height_at(w, size);
+            let fit = if w.max(h) <= max_side {
+                Fit::Fits
+            } else {
+                let mut width = (max_side as f64 * size.0 as f64 / size.1 as f64) as u32;
+                width = width.min(max_side);
+                while width > 0 && height_at(width, size) > max_side {
+                    width -= 1;
+                }
+                if width > widest {
+                    Fit::Refitted {
+                        width,
+                        height: height_at(width, size),
+                    }
+                } else {
+                    Fit::Skipped
+                }
+            };
+            widest = match fit {
+                Fit::Fits => w,
+                Fit::Refitted { width, .. } => width,
+                Fit::Skipped => widest,
+            };
+            (w, fit)
+        })
+        .collect()
+}
+
+/// The variants to make: each width with the formats made at it, and a warning for every
+/// variant a format could not hold as planned (`variant_refitted`, `variant_skipped`).
+pub fn plan_variants(
+    widths: &[u32],
+    size: (u32, u32),
+    formats: &[FormatSpec],
+) -> (BTreeMap<u32, Vec<FormatSpec>>, Vec<Warning>) {
+    let mut plan: BTreeMap<u32, Vec<FormatSpec>> = BTreeMap::new();
+    let mut warnings = Vec::new();
+    for spec in formats {
+        let f = spec.format;
+        for (w, fit) in fit_widths(widths, size, f.max_side()) {
+            let asked = format!(
+                "{w}w.{} would be {w}x{} px, over {}'s {} px limit",
+                f.ext(),
+                height_at(w, size),
+                f.label(),
+                f.max_side()
+            );
+            let made = match fit {
+                Fit::Fits => w,
+                Fit::Refitted { width, height } => {
+                    warnings.push(Warning {
+                        code: "variant_refitted".into(),
+                        message: format!(
+                            "{asked}: made at {width}x{height} as {width}w.{}",
+                            f.ext()
+                        ),
+                    });
+                    width
+                }
+                Fit::Skipped => {
+                    warnings.push(Warning {
+                        code: "variant_skipped".into(),
+                        message: format!("{asked}: not made (a narrower {} covers it)", f.label()),
+                    });
+                    continue;
+                }
+            };
+            plan.entry(made).or_default().push(*spec);
+        }
+    }
+    (plan, warnings)
+}
+
+/// What the transform stage wrote, and what it could not make as the profile asked.
+pub struct Transformed {
+    pub files: Vec<ProducedFile>,
+    pub warnings: Vec<Warning>,
+}
+
+/// Writes every variant (and the thumbnail) of the decoded image in every profile format that
+/// can hold it; `made` is one made earlier ([`variant_for`]).
 pub fn run(
     decoded: &Image,
     mut made: Option<Variant>,
@@ -107,23 +212,24 @@ pub fn run(
     profile: &Profile,
     focal: Option<Point>,
     out_dir: &Path,
-) -> Result<Vec<ProducedFile>, MediaError> {
+) -> Result<Transformed, MediaError> {
     let mut files = Vec::new();
-    for w in plan_widths(&profile.widths, probe.width) {
+    let size = (decoded.width(), decoded.height());
+    let widths = plan_widths(&profile.widths, probe.width);
+    let (plan, warnings) = plan_variants(&widths, size, &profile.formats);
+    for (w, formats) in plan {
         let resized = match made.take_if(|v| v.width == w) {
             Some(v) => Some(v.image),
             None => resized(decoded, w)?,
         };
         let img = resized.as_ref().unwrap_or(decoded);
-        encode_all(
-            img,
-            profile,
-            &format!("{w}w"),
-            "variant",
-            None,
-            out_dir,
-            &mut files,
-        )?;
+        let out = Outputs {
+            stem: &format!("{w}w"),
+            role: "variant",
+            crop: None,
+            dir: out_dir,
+        };
+        encode_all(img, &formats, &out, &mut files)?;
     }
     if let Some(spec) = profile.thumbnail {
         let focal = focal.unwrap_or(Point {
@@ -131,18 +237,15 @@ pub fn run(
             y: probe.height / 2,
         });
         let (thumb, crop) = cover_crop(decoded, probe, spec, focal).map_err(transform_err)?;
-        let stem = format!("thumb_{}x{}", spec.width, spec.height);
-        encode_all(
-            &thumb,
-            profile,
-            &stem,
-            "thumbnail",
-            Some(crop),
-            out_dir,
-            &mut files,
-        )?;
+        let out = Outputs {
+            stem: &format!("thumb_{}x{}", spec.width, spec.height),
+            role: "thumbnail",
+            crop: Some(crop),
+            dir: out_dir,
+        };
+        encode_all(&thumb, &profile.formats, &out, &mut files)?;
     }
-    Ok(files)
+    Ok(Transformed { files, warnings })
 }
 
 /// Scales to cover `spec` (never enlarging) and cuts a window centred on `focal` (upright
@@ -177,21 +280,22 @@ fn cover_crop(
     Ok((scaled.extract(left, top, cw, ch)?.into_memory()?, crop))
 }
 
-fn encode_all(
-    img: &Image,
-    profile: &Profile,
-    stem: &str,
+/// Where and as what one image's encodings are written.
+struct Outputs<'a> {
+    stem: &'a str,
     role: &'static str,
     crop: Option<Rect>,
-    out_dir: &Path,
+    dir: &'a Path,
+}
+
+fn encode_all(
+    img: &Image,
+    formats: &[FormatSpec],
+    out: &Outputs,
     files: &mut Vec<ProducedFile>,
 ) -> Result<(), MediaError> {
     // JPEG has no alpha: flatten once, onto white.
-    let needs_opaque = img.has_alpha()
-        && profile
-            .formats
-            .iter()
-            .any(|f| f.format == OutputFormat::Jpeg);
+    let needs_opaque = img.has_alpha() && formats.iter().any(|f| f.format == OutputFormat::Jpeg);
     let opaque = if needs_opaque {
         Some(
             img.flatten(WHITE)
@@ -201,9 +305,9 @@ fn encode_all(
     } else {
         None
     };
-    for spec in &profile.formats {
-        let name = format!("{stem}.{}", spec.format.ext());
-        let path = out_dir.join(&name);
+    for spec in formats {
+        let name = format!("{}.{}", out.stem, spec.format.ext());
+        let path = out.dir.join(&name);
         let src = match spec.format {
             OutputFormat::Jpeg => opaque.as_ref().unwrap_or(img),
             _ => img,
@@ -218,12 +322,12 @@ fn encode_all(
             size_bytes: std::fs::metadata(&path)?.len(),
             name,
             path,
-            role,
+            role: out.role,
             format: FileFormat::Image(spec.format),
             duration_ms: None,
             width: src.width(),
             height: src.height(),
-            crop,
+            crop: out.crop,
         });
     }
     Ok(())

@@ -44,6 +44,10 @@ unsafe extern "C" {
     fn vips_image_get_typeof(im: *const RawImage, name: *const c_char) -> usize;
     fn vips_image_get_int(im: *const RawImage, name: *const c_char, out: *mut c_int) -> c_int;
     fn vips_image_copy_memory(im: *mut RawImage) -> *mut RawImage;
+    fn vips_image_get_fields(im: *mut RawImage) -> *mut *mut c_char;
+    fn vips_image_remove(im: *mut RawImage, name: *const c_char) -> c_int;
+    fn g_strfreev(v: *mut *mut c_char);
+    fn vips_copy(input: *mut RawImage, out: *mut *mut RawImage, ...) -> c_int;
     fn vips_image_write_to_memory(im: *mut RawImage, size: *mut usize) -> *mut c_void;
     fn vips_image_get_data(im: *mut RawImage) -> *const c_void;
     fn vips_foreign_find_load(filename: *const c_char) -> *const c_char;
@@ -76,7 +80,12 @@ unsafe extern "C" {
     fn vips_area_unref(area: *mut c_void);
 
     fn vips_jpegsave(input: *mut RawImage, filename: *const c_char, ...) -> c_int;
-    fn vips_webpsave(input: *mut RawImage, filename: *const c_char, ...) -> c_int;
+    fn vips_webpsave_buffer(
+        input: *mut RawImage,
+        buf: *mut *mut c_void,
+        len: *mut usize,
+        ...
+    ) -> c_int;
     fn vips_heifsave(input: *mut RawImage, filename: *const c_char, ...) -> c_int;
 }
 
@@ -234,30 +243,86 @@ impl Image {
         }
     }
 
-    /// Decodes `path` once, shrunk on load to `width` (never upscaled), upright per EXIF
-    /// (HEIF's own `irot` is applied by libheif and its EXIF tag dropped, so never twice), and
-    /// colour-managed to sRGB with perceptual intent (needed by XYB JPEGs). Truncated input fails.
-    pub fn thumbnail(path: &Path, width: u32) -> Result<Image> {
+    /// Decodes `path` once, shrunk on load to `width` (never upscaled) and upright per EXIF
+    /// (HEIF's own `irot` is applied by libheif and its EXIF tag dropped, so never twice).
+    ///
+    /// A source with an embedded ICC profile (`tagged`) is converted to sRGB with perceptual
+    /// intent (needed by XYB JPEGs; the same as relative for matrix profiles such as Adobe RGB
+    /// or Display P3). An untagged source is sRGB by the web's convention and keeps its values:
+    /// libvips' export from its own sRGB space through the built-in profile darkens shadows
+    /// (mean luma about 10 % lower). Truncated input fails.
+    pub fn thumbnail(path: &Path, width: u32, tagged: bool) -> Result<Image> {
         let c = cstring(path)?;
+        let width = width.min(MAX_COORD as u32) as c_int;
         produce("cannot decode image", |out| unsafe {
-            // SAFETY: option names and value types match vips_thumbnail's arguments.
+            // SAFETY: option names and value types match vips_thumbnail's arguments; each
+            // list ends with NULL (a shorter list ends early at the `export_profile` slot).
+            let (profile_key, profile) = if tagged {
+                (c"export_profile".as_ptr(), c"srgb".as_ptr())
+            } else {
+                (END, END)
+            };
             vips_thumbnail(
                 c.as_ptr(),
                 out,
-                width.min(MAX_COORD as u32) as c_int,
+                width,
                 c"height".as_ptr(),
                 MAX_COORD,
                 c"size".as_ptr(),
                 SIZE_DOWN,
                 c"intent".as_ptr(),
                 INTENT_PERCEPTUAL,
-                c"export_profile".as_ptr(),
-                c"srgb".as_ptr(),
                 c"fail_on".as_ptr(),
                 FAIL_ON_TRUNCATED,
+                profile_key,
+                profile,
                 END,
             )
         })
+    }
+
+    /// A copy (sharing the pixels) with no metadata at all: no EXIF, XMP, IPTC, ICC profile,
+    /// comments or orientation. Savers then have nothing of the uploader's to write; libvips
+    /// 8.14's `strip` is not honoured by every saver (webpsave kept EXIF, XMP and ICC).
+    pub fn without_metadata(&self) -> Result<Image> {
+        let copy = produce("copy", |out| unsafe {
+            // SAFETY: valid image; option list terminated.
+            vips_copy(self.0, out, END)
+        })?;
+        for name in copy.fields() {
+            let name = CString::new(name).expect("field names have no NUL");
+            // SAFETY: valid image; removing a field that is not metadata (width...) is a no-op.
+            unsafe { vips_image_remove(copy.0, name.as_ptr()) };
+        }
+        Ok(copy)
+    }
+
+    /// Whether the file embeds an ICC profile.
+    pub fn has_icc_profile(&self) -> bool {
+        // SAFETY: valid image pointer and NUL-terminated field name.
+        unsafe { vips_image_get_typeof(self.0, c"icc-profile-data".as_ptr()) != 0 }
+    }
+
+    /// The names of the image's header and metadata fields (e.g. `exif-data`), for checks.
+    pub fn fields(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        // SAFETY: a NULL-terminated array of strings that we own and free with g_strfreev.
+        unsafe {
+            let fields = vips_image_get_fields(self.0);
+            if !fields.is_null() {
+                let mut i = 0;
+                while !(*fields.add(i)).is_null() {
+                    names.push(
+                        CStr::from_ptr(*fields.add(i))
+                            .to_string_lossy()
+                            .into_owned(),
+                    );
+                    i += 1;
+                }
+                g_strfreev(fields);
+            }
+        }
+        names
     }
 
     pub fn width(&self) -> u32 {
@@ -434,14 +499,15 @@ impl Image {
         }
     }
 
-    /// Saves as lossy WebP without metadata.
+    /// Saves as lossy WebP without metadata (removed after encoding, see [`super::webpmux`]).
     pub fn save_webp(&self, path: &Path, quality: u8) -> Result<()> {
-        let c = cstring(path)?;
+        let (mut buf, mut len) = (ptr::null_mut::<c_void>(), 0usize);
         // SAFETY: option names and types match webpsave's arguments.
         let rc = unsafe {
-            vips_webpsave(
+            vips_webpsave_buffer(
                 self.0,
-                c.as_ptr(),
+                &mut buf,
+                &mut len,
                 c"Q".as_ptr(),
                 quality as c_int,
                 c"strip".as_ptr(),
@@ -449,11 +515,16 @@ impl Image {
                 END,
             )
         };
-        if rc != 0 {
-            Err(last_error("webpsave"))
-        } else {
-            Ok(())
+        if rc != 0 || buf.is_null() {
+            return Err(last_error("webpsave"));
         }
+        // SAFETY: libvips hands us a g_malloc'd buffer of `len` bytes, freed after use.
+        let stripped =
+            super::webpmux::strip(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) });
+        // SAFETY: as above; nothing refers to the buffer any more.
+        unsafe { g_free(buf) };
+        let bytes = stripped.map_err(VipsError)?;
+        std::fs::write(path, bytes).map_err(|e| VipsError(format!("webpsave: {e}")))
     }
 
     /// Saves as 8-bit AVIF (AV1 in HEIF) without metadata.

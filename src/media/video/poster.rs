@@ -59,7 +59,7 @@ pub fn choose(
         if std::fs::metadata(&path).map_or(true, |m| m.len() == 0) {
             continue;
         }
-        let score = transform::decode(&path, job.analysis.max_side)
+        let score = transform::decode(&path, job.analysis.max_side, false)
             .map_err(|e| e.to_string())
             .and_then(|img| analyze::frame_score(&img, &job.analysis, job.profile.analysis));
         match score {
