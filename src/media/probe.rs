@@ -18,8 +18,19 @@ pub struct Probe {
     pub orientation: u8,
     pub has_alpha: bool,
     pub frames: u32,
-    /// The file embeds an ICC profile (its pixels are converted to sRGB through it).
-    pub icc_profile: bool,
+    pub colour: Colour,
+}
+
+/// How the source's pixel values become sRGB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Colour {
+    /// No embedded profile: sRGB by the web's convention, values kept (grey, Lab and CMYK
+    /// without a profile through libvips' own conversions).
+    Untagged,
+    /// Converted through the embedded ICC profile.
+    Profile,
+    /// CMYK converted through the embedded profile (decoded on a path of its own).
+    CmykProfile,
 }
 
 /// Header facts of an image whose bytes look like `format` (see `sniff`).
@@ -54,6 +65,10 @@ pub fn run(input: &Path, format: ImageFormat, limits: &Limits) -> Result<Probe, 
         orientation,
         has_alpha: img.has_alpha(),
         frames: img.pages(),
-        icc_profile: img.has_icc_profile(),
+        colour: match (img.has_icc_profile(), img.is_cmyk()) {
+            (false, _) => Colour::Untagged,
+            (true, false) => Colour::Profile,
+            (true, true) => Colour::CmykProfile,
+        },
     })
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::probe::Colour;
 use super::vips::{Image, VipsError};
 use super::{FileFormat, MediaError, Probe, ProducedFile};
 use crate::config::{FormatSpec, OutputFormat, Profile, ThumbnailSpec};
@@ -48,15 +49,19 @@ pub fn decode_width(probe: &Probe, profile: &Profile, analysis_side: Option<u32>
     (need.ceil() as u32).clamp(1, probe.width)
 }
 
-/// Decodes once: shrunk on load to `width`, upright, 8-bit sRGB (through the embedded profile
-/// when `tagged`), in memory, and without any of the source's metadata, so that no output can
-/// carry it. Decoder failures mean the input is corrupt.
-pub fn decode(input: &Path, width: u32, tagged: bool) -> Result<Image, MediaError> {
-    Image::thumbnail(input, width, tagged)
-        .and_then(|i| i.to_srgb8())
-        .and_then(|i| i.without_metadata())
-        .and_then(Image::into_memory)
-        .map_err(|e| MediaError::Corrupt(e.0))
+/// Decodes once: shrunk on load to `width`, upright, 8-bit sRGB (see [`Colour`]), in memory,
+/// and without any of the source's metadata, so that no output can carry it. Decoder failures
+/// mean the input is corrupt.
+pub fn decode(input: &Path, width: u32, colour: Colour) -> Result<Image, MediaError> {
+    match colour {
+        Colour::Untagged => Image::thumbnail(input, width, false),
+        Colour::Profile => Image::thumbnail(input, width, true),
+        Colour::CmykProfile => Image::thumbnail_cmyk(input, width),
+    }
+    .and_then(|i| i.to_srgb8())
+    .and_then(|i| i.without_metadata())
+    .and_then(Image::into_memory)
+    .map_err(|e| MediaError::Corrupt(e.0))
 }
 
 /// A variant made ahead of the transform stage, for the analysis to read.
@@ -348,6 +353,57 @@ mod tests {
         assert_eq!(analysis_width(&planned, 4.0, 512), None);
         // Nothing large enough.
         assert_eq!(analysis_width(&[200], 1.0, 512), None);
+    }
+
+    #[test]
+    fn variants_over_a_format_limit_are_refitted_once_then_skipped() {
+        let widths = [320, 640, 1280, 1920];
+        // 1:20 strip of 2000 x 40000: 320 (6400 tall) and 640 (12800) fit; 1280 is refitted to
+        // 819 x 16380; 1920 would be refitted to the same width and is skipped.
+        assert_eq!(
+            fit_widths(&widths, (2000, 40000), 16_383),
+            vec![
+                (320, Fit::Fits),
+                (640, Fit::Fits),
+                (
+                    1280,
+                    Fit::Refitted {
+                        width: 819,
+                        height: 16380
+                    }
+                ),
+                (1920, Fit::Skipped),
+            ]
+        );
+        // Too thin for any width: skipped, never a zero-width variant.
+        assert_eq!(
+            fit_widths(&[320], (1, 20000), 100),
+            vec![(320, Fit::Skipped)]
+        );
+        // A wide panorama fits every format as planned.
+        let spec = |format| FormatSpec {
+            format,
+            quality: 80,
+        };
+        let formats = [spec(OutputFormat::Webp), spec(OutputFormat::Jpeg)];
+        let (plan, warnings) = plan_variants(&widths, (20000, 1080), &formats);
+        assert!(warnings.is_empty());
+        assert_eq!(plan.keys().copied().collect::<Vec<_>>(), widths);
+        // The tall screenshot: WebP's 1080 becomes 884, JPEG keeps 1080.
+        let (plan, warnings) = plan_variants(&[320, 640, 1080], (1080, 20000), &formats);
+        assert_eq!(
+            plan.keys().copied().collect::<Vec<_>>(),
+            [320, 640, 884, 1080]
+        );
+        assert_eq!(plan[&884], [formats[0]]);
+        assert_eq!(plan[&1080], [formats[1]]);
+        assert_eq!(warnings.len(), 1);
+        assert_eq!(warnings[0].code, "variant_refitted");
+        assert_eq!(
+            warnings[0].message,
+            "1080w.webp would be 1080x20000 px, over WebP's 16383 px limit: made at 884x16370 \
+             as 884w.webp"
+        );
     }
 
     #[test]

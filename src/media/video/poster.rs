@@ -12,6 +12,7 @@ use super::child;
 use super::ffprobe::VideoProbe;
 use super::transcode;
 use crate::media::analyze::{self, FrameScore};
+use crate::media::probe::Colour;
 use crate::media::{MediaJob, transform};
 
 /// The chosen frame.
@@ -59,7 +60,7 @@ pub fn choose(
         if std::fs::metadata(&path).map_or(true, |m| m.len() == 0) {
             continue;
         }
-        let score = transform::decode(&path, job.analysis.max_side, false)
+        let score = transform::decode(&path, job.analysis.max_side, Colour::Untagged)
             .map_err(|e| e.to_string())
             .and_then(|img| analyze::frame_score(&img, &job.analysis, job.profile.analysis));
         match score {

@@ -106,7 +106,10 @@ pub fn args(
     } else {
         opts.push("-an");
     }
+    // No metadata of the source, and none of ours either (bitexact: no encoder tag).
     opts.extend([
+        "-fflags",
+        "+bitexact",
         "-movflags",
         "+faststart",
         "-f",

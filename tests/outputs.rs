@@ -1,0 +1,405 @@
+//! What the worker publishes, read back by tools a user would look with: exiftool for metadata,
+//! Pillow for colours, libvips for sizes. Every corpus file goes through the same
+//! `media::process` the worker runs (images, thumbnails, video renditions and posters).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::corpus;
+use media_worker::config::Settings;
+use media_worker::contract::Warning;
+use media_worker::media::vips::Image;
+use media_worker::media::{self, Control, MediaJob, MediaOutput, ProducedFile};
+use serde_json::Value;
+
+/// Every format, every role: widths, a thumbnail, a small rendition and a poster for videos.
+const PUBLIC_PROFILE: &str = r#"
+[profiles.public]
+analysis = true
+widths = [320, 640, 1280, 1920]
+formats = [{ format = "webp", quality = 80 }, { format = "jpeg", quality = 82 }, { format = "avif", quality = 50 }]
+thumbnail = { width = 256, height = 256 }
+renditions = [{ height = 144, crf = 35 }]
+"#;
+
+fn settings_with(profile_toml: &str) -> (tempfile::TempDir, Settings) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("profile.toml");
+    std::fs::write(&path, profile_toml).unwrap();
+    let settings = Settings::load_from(Some(&path), Vec::new()).unwrap();
+    (dir, settings)
+}
+
+/// The outputs of `input` under `out`, or why there are none.
+fn process(
+    settings: &Settings,
+    profile: &str,
+    input: &Path,
+    out: &Path,
+) -> Result<MediaOutput, String> {
+    media::vips::init(1);
+    std::fs::create_dir_all(out).unwrap();
+    let job = MediaJob::new(settings, profile, None);
+    media::process(&job, input, out, &mut Control::new(&mut |_| {}))
+        .map_err(|f| format!("{}: {:?} at {:?}", input.display(), f.error, f.stage))
+}
+
+/// Every file of the corpus (MANIFEST.tsv lists them).
+fn corpus_files() -> Vec<String> {
+    let manifest = std::fs::read_to_string(corpus("MANIFEST.tsv")).expect("../shared/corpus");
+    manifest
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split('\t').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A JPEG and a WebP made from a corpus photo by the test, carrying what a phone writes:
+/// GPS position, capture time, camera serial, XMP, IPTC and a comment.
+fn tagged_uploads(dir: &Path) -> Vec<PathBuf> {
+    let mut made = Vec::new();
+    for ext in ["jpg", "webp"] {
+        let path = dir.join(format!("gps.{ext}"));
+        let img = Image::open(&corpus("face_recognition_kit_with_rose.jpg")).unwrap();
+        match ext {
+            "jpg" => img.save_jpeg(&path, 90).unwrap(),
+            _ => img.save_webp(&path, 90).unwrap(),
+        }
+        let out = Command::new("exiftool")
+            .args([
+                "-q",
+                "-overwrite_original",
+                "-GPSLatitude=48.8584",
+                "-GPSLatitudeRef=N",
+                "-GPSLongitude=2.2945",
+                "-GPSLongitudeRef=E",
+                "-DateTimeOriginal=2026:11:01 10:00:00",
+                "-SerialNumber=CAM-0042",
+                "-Make=TestPhone",
+                "-XMP-dc:Creator=Uploader Name",
+                "-XMP-exif:GPSLatitude=48.8584",
+            ])
+            .args(if ext == "jpg" {
+                &["-IPTC:Keywords=private", "-Comment=private comment"][..]
+            } else {
+                &[][..]
+            })
+            .arg(&path)
+            .output()
+            .expect("exiftool (scripts/setup.sh --test installs libimage-exiftool-perl)");
+        assert!(out.status.success(), "{out:?}");
+        let tags = exiftool(std::slice::from_ref(&path)).remove(0);
+        assert!(tags.contains_key("GPS:GPSLatitude"), "fixture: {tags:?}");
+        assert!(tags.contains_key("XMP-dc:Creator"), "fixture: {tags:?}");
+        made.push(path);
+    }
+    made
+}
+
+/// exiftool's view of each file: `Group:Tag` → value (all groups, unknown tags included).
+fn exiftool(files: &[PathBuf]) -> Vec<BTreeMap<String, Value>> {
+    let out = Command::new("exiftool")
+        .args(["-j", "-a", "-u", "-G1", "-b"])
+        .args(files)
+        .output()
+        .expect("exiftool (scripts/setup.sh --test installs libimage-exiftool-perl)");
+    let list: Vec<BTreeMap<String, Value>> =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "exiftool JSON: {e}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    assert_eq!(list.len(), files.len());
+    list
+}
+
+/// Groups a published file may show: the container and its coding (JFIF, RIFF, QuickTime
+/// boxes and tracks, AVIF's item reference), exiftool's own and computed ones.
+const ALLOWED_GROUPS: [&str; 11] = [
+    "SourceFile",
+    "ExifTool",
+    "System",
+    "File",
+    "Composite",
+    "JFIF",
+    "RIFF",
+    "QuickTime",
+    "Meta",
+    "Track1",
+    "Track2",
+];
+
+/// What in exiftool's view of one output is the uploader's: any group outside the allowed
+/// ones (EXIF IFDs, GPS, XMP, IPTC, ICC, Photoshop, maker notes...), and any tag about a
+/// position, a comment, a camera or a person, whatever its group.
+fn leaks(tags: &BTreeMap<String, Value>) -> Vec<String> {
+    const WORDS: [&str; 9] = [
+        "GPS", "Location", "Comment", "Serial", "Make", "Model", "Creator", "Artist", "Author",
+    ];
+    tags.keys()
+        .filter(|k| {
+            let group = k.split(':').next().unwrap_or(k);
+            let tag = k.rsplit(':').next().unwrap_or(k);
+            !ALLOWED_GROUPS.contains(&group) || WORDS.iter().any(|w| tag.contains(w))
+        })
+        .cloned()
+        .collect()
+}
+
+/// Item 1: no output of any corpus file (or of uploads tagged by the test) carries EXIF, XMP,
+/// IPTC, GPS, comments or an ICC profile, in any format or role.
+#[test]
+fn public_outputs_carry_none_of_the_uploaders_metadata() {
+    let (_cfg, settings) = settings_with(PUBLIC_PROFILE);
+    let work = tempfile::tempdir().unwrap();
+    let mut inputs: Vec<PathBuf> = corpus_files().iter().map(|f| corpus(f)).collect();
+    inputs.extend(tagged_uploads(work.path()));
+    let mut outputs: Vec<(String, ProducedFile)> = Vec::new();
+    let mut sources_with_exif = 0;
+    for (i, input) in inputs.iter().enumerate() {
+        let name = input.file_name().unwrap().to_string_lossy().into_owned();
+        let out = work.path().join(i.to_string());
+        let source = exiftool(std::slice::from_ref(input)).remove(0);
+        if source.keys().any(|k| k.starts_with("IFD0:")) {
+            sources_with_exif += 1;
+        }
+        // Broken, bomb and unsupported files have no outputs (their codes are tested elsewhere).
+        if let Ok(o) = process(&settings, "public", input, &out) {
+            outputs.extend(o.files.into_iter().map(|f| (name.clone(), f)));
+        }
+    }
+    assert!(
+        sources_with_exif >= 17,
+        "{sources_with_exif} sources with EXIF"
+    );
+    let roles: BTreeMap<&str, usize> = outputs.iter().fold(BTreeMap::new(), |mut m, (_, f)| {
+        *m.entry(f.role).or_default() += 1;
+        m
+    });
+    for role in ["variant", "thumbnail", "poster", "rendition"] {
+        assert!(roles.get(role).is_some_and(|n| *n > 0), "{roles:?}");
+    }
+    let formats: BTreeMap<&str, usize> = outputs.iter().fold(BTreeMap::new(), |mut m, (_, f)| {
+        *m.entry(f.format.name()).or_default() += 1;
+        m
+    });
+    assert_eq!(formats.len(), 4, "webp, jpeg, avif, mp4: {formats:?}");
+    let paths: Vec<PathBuf> = outputs.iter().map(|(_, f)| f.path.clone()).collect();
+    let mut found = Vec::new();
+    for (chunk, files) in paths.chunks(200).zip(outputs.chunks(200)) {
+        for (tags, (source, f)) in exiftool(chunk).iter().zip(files) {
+            let leaked = leaks(tags);
+            if !leaked.is_empty() {
+                found.push(format!("{source} → {}: {leaked:?}", f.name));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "{} of {} outputs carry metadata:\n{}",
+        found.len(),
+        outputs.len(),
+        found.join("\n")
+    );
+}
+
+/// Corpus photos Pillow 9.4 reads (not HEIC/AVIF, nor 16-bit CIELab TIFF), each of a different
+/// colour case: untagged sRGB, Adobe RGB, CMYK (SWOP), grey with Gray Gamma 2.2, XYB, 16-bit,
+/// alpha, palette, WebP, EXIF orientations.
+const COLOUR_PHOTOS: [&str; 16] = [
+    "sharp_2569067123_aca715a2ee_o.jpg",
+    "rails_racecar.jpg",
+    "sharp_Channel_digital_image_CMYK_color.jpg",
+    "sharp_concert.jpg",
+    "libvips_sample-xyb.jpg",
+    "libvips_sample.png",
+    "face_recognition_alex-lacamoire.png",
+    "sharp_5_webp_a.webp",
+    "sharp_bggn4a16.png",
+    "sharp_4.webp",
+    "imageio_coffee.png",
+    "dlib_2008_002470.jpg",
+    "pillow_flower.jpg",
+    "sharp_Landscape_6.jpg",
+    "pillow_hopper_orientation_6.webp",
+    "imageio_meadow_cube.jpg",
+];
+
+/// Tolerances against the Pillow reference, on the 0-255 scale: the mean of each channel and of
+/// the luma within 1.5 (the darkening this guards against was 8), and the mean absolute
+/// difference per channel under 8 (lossy coding of small variants measures up to 7.6).
+const MEAN_TOLERANCE: f64 = 1.5;
+const MAE_LIMIT: f64 = 8.0;
+
+/// Item 2: each variant's colours match a Pillow reference of the same upright pixels
+/// (ImageCms to sRGB for tagged sources; untagged ones taken as sRGB).
+#[test]
+fn variants_keep_the_colours_of_the_source() {
+    let settings = Settings::load_from(None, Vec::new()).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let mut pairs = Vec::new();
+    for (i, name) in COLOUR_PHOTOS.iter().enumerate() {
+        let out = work.path().join(i.to_string());
+        let o = process(&settings, "variants", &corpus(name), &out).unwrap();
+        for f in o.files.iter().filter(|f| f.format.name() != "avif") {
+            pairs.push((name, f.name.clone(), f.path.clone()));
+        }
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/colour.py");
+    let mut child = Command::new("/usr/bin/python3")
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("Debian's python3 with python3-pil (scripts/setup.sh --test)");
+    let mut stdin = child.stdin.take().unwrap();
+    for (name, _, path) in &pairs {
+        let line = serde_json::json!({"source": corpus(name), "output": path});
+        writeln!(stdin, "{line}").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let results: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), pairs.len());
+    let mut off = Vec::new();
+    for ((name, file, _), r) in pairs.iter().zip(&results) {
+        assert!(r.get("error").is_none(), "{name} {file}: {r}");
+        let num = |v: &Value| v.as_f64().unwrap();
+        let list = |k: &str| r[k].as_array().unwrap().iter().map(num).collect::<Vec<_>>();
+        let (out_mean, ref_mean, mae) = (list("mean_out"), list("mean_ref"), list("mae"));
+        let luma = num(&r["luma_out"]) - num(&r["luma_ref"]);
+        let worst_mean = (0..3)
+            .map(|c| (out_mean[c] - ref_mean[c]).abs())
+            .fold(luma.abs(), f64::max);
+        let worst_mae = mae.iter().copied().fold(0.0, f64::max);
+        if worst_mean > MEAN_TOLERANCE || worst_mae > MAE_LIMIT {
+            off.push(format!(
+                "{name} {file}: luma {luma:+.2}, channel means {out_mean:.1?} vs {ref_mean:.1?}, \
+                 MAE {mae:.1?}"
+            ));
+        }
+    }
+    assert!(pairs.len() > 40, "{} variants compared", pairs.len());
+    assert!(off.is_empty(), "outside tolerance:\n{}", off.join("\n"));
+}
+
+/// A corpus photo on a black canvas of `w` x `h`, as JPEG.
+fn canvas(dir: &Path, w: u32, h: u32) -> PathBuf {
+    media::vips::init(1);
+    let photo = Image::open(&corpus("sharp_2569067123_aca715a2ee_o.jpg")).unwrap();
+    let photo = photo.resize(w.min(h) as f64 / 2725.0).unwrap();
+    let path = dir.join(format!("canvas-{w}x{h}.jpg"));
+    let (x, y) = ((w - photo.width()) / 2, (h - photo.height()) / 3);
+    photo
+        .embed(x, y, w, h)
+        .unwrap()
+        .save_jpeg(&path, 85)
+        .unwrap();
+    path
+}
+
+fn by_name(o: &MediaOutput) -> BTreeMap<String, &ProducedFile> {
+    o.files.iter().map(|f| (f.name.clone(), f)).collect()
+}
+
+/// Read back with libvips: the size the file really has.
+fn read_size(f: &ProducedFile) -> (u32, u32) {
+    let img = Image::open(&f.path).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+    (img.width(), img.height())
+}
+
+fn codes(w: &[Warning]) -> Vec<(&str, &str)> {
+    w.iter()
+        .map(|w| (w.code.as_str(), w.message.as_str()))
+        .collect()
+}
+
+/// Item 3: a 1080 x 20000 screenshot and a 20000 x 1080 panorama get every variant each format
+/// can hold; what a format cannot hold is refitted within its limit, with a warning.
+#[test]
+fn tall_and_wide_images_get_every_variant_each_format_can_hold() {
+    let (_cfg, settings) = settings_with(PUBLIC_PROFILE);
+    let work = tempfile::tempdir().unwrap();
+
+    let tall = canvas(work.path(), 1080, 20000);
+    let o = process(&settings, "public", &tall, &work.path().join("tall")).unwrap();
+    let files = by_name(&o);
+    let mut names: Vec<&str> = files.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "1080w.jpg",
+            "320w.avif",
+            "320w.jpg",
+            "320w.webp",
+            "640w.avif",
+            "640w.jpg",
+            "640w.webp",
+            "884w.avif",
+            "884w.webp",
+            "thumb_256x256.avif",
+            "thumb_256x256.jpg",
+            "thumb_256x256.webp",
+        ]
+    );
+    for f in files.values() {
+        assert_eq!(read_size(f), (f.width, f.height), "{}", f.name);
+    }
+    assert_eq!(read_size(files["1080w.jpg"]), (1080, 20000));
+    assert_eq!(read_size(files["640w.webp"]), (640, 11852));
+    for name in ["884w.webp", "884w.avif"] {
+        let (w, h) = read_size(files[name]);
+        assert!(
+            w == 884 && (16_360..=16_383).contains(&h),
+            "{name}: {w}x{h}"
+        );
+    }
+    assert_eq!(read_size(files["thumb_256x256.webp"]), (256, 256));
+    let warnings = codes(&o.warnings);
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    for (code, message) in &warnings {
+        assert_eq!(*code, "variant_refitted");
+        assert!(message.starts_with("1080w."), "{message}");
+        assert!(message.contains("as 884w."), "{message}");
+    }
+    let a = o
+        .analysis
+        .as_ref()
+        .and_then(|a| a.image())
+        .expect("analysis");
+    let v = a.vision.as_ref().expect("vision on a tall image");
+    assert!(v.focal_point.x < 1080 && v.focal_point.y < 20000, "{v:?}");
+    let crop = files["thumb_256x256.jpg"].crop.expect("crop");
+    assert!(crop.x + crop.width <= 1080 && crop.y + crop.height <= 20000);
+
+    let wide = canvas(work.path(), 20000, 1080);
+    let o = process(&settings, "public", &wide, &work.path().join("wide")).unwrap();
+    assert!(o.warnings.is_empty(), "{:?}", o.warnings);
+    let files = by_name(&o);
+    for w in [320, 640, 1280, 1920] {
+        for ext in ["webp", "jpg", "avif"] {
+            let f = files[&format!("{w}w.{ext}")];
+            let h = (w as f64 * 1080.0 / 20000.0).round() as u32;
+            assert_eq!(read_size(f), (w, h), "{}", f.name);
+        }
+    }
+    let thumb = files["thumb_256x256.webp"];
+    assert_eq!(read_size(thumb), (256, 256));
+    let crop = thumb.crop.expect("crop");
+    assert!(
+        crop.x + crop.width <= 20000 && crop.height <= 1080,
+        "{crop:?}"
+    );
+}
