@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use media_worker::config::Settings;
+use media_worker::media::Control;
 use media_worker::media::video::{self, Rung, ffprobe, transcode};
-use media_worker::media::{Control, MediaJob};
 use tokio_util::sync::CancellationToken;
 
 #[path = "../tests/common/synthetic.rs"]
@@ -39,7 +39,7 @@ fn main() {
 
     let env = std::env::vars().chain([("WORKER_POOL_SIZE".to_owned(), "1".to_owned())]);
     let settings = Settings::load_from(None, env).unwrap();
-    let job = MediaJob::new(&settings, "default", None);
+    let job = settings.media_job("default", None);
     println!(
         "ffmpeg -threads {} (pool 1), preset {}, {rounds} rounds",
         job.ffmpeg_threads, job.video.preset

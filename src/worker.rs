@@ -12,11 +12,12 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::config::Settings;
+use crate::contract::Stage;
 use crate::contract::{OptimizeResponse, WorkerInfo};
-use crate::job::{JobRunner, Registry, Services, Stage, response, scratch};
+use crate::job::{JobRunner, Registry, Services, response, scratch};
 use crate::kafka::producer::Outgoing;
 use crate::kafka::{Acker, Delivery, KafkaSource, Publisher};
-use crate::media::vips;
+use crate::media;
 use crate::stages::validate;
 use crate::storage::Storage;
 use crate::telemetry::http::{self, HttpState};
@@ -54,7 +55,7 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
     if removed > 0 {
         tracing::warn!(removed, dir = %settings.worker.tmp_dir.display(), "swept scratch dirs left by a previous run");
     }
-    vips::init(settings.worker.vips_threads);
+    media::init(settings.worker.vips_threads);
     Ok(Services {
         worker: worker_info(&settings),
         settings,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use media_worker::config::Settings;
 use media_worker::contract::{ImageAnalysis, Rect, Vision};
 use media_worker::media::vips::Image;
-use media_worker::media::{self, Control, MediaJob, MediaOutput};
+use media_worker::media::{self, Control, MediaOutput};
 
 fn corpus(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -20,8 +20,8 @@ fn settings() -> Settings {
 
 fn run_with(settings: &Settings, path: &Path) -> MediaOutput {
     let out = tempfile::tempdir().unwrap();
-    media::vips::init(1);
-    let job = MediaJob::new(settings, "default", None);
+    media::init(1);
+    let job = settings.media_job("default", None);
     // Only the metadata of the produced files is inspected; the directory goes with `out`.
     media::process(&job, path, out.path(), &mut Control::new(&mut |_| {})).unwrap()
 }

@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use common::*;
+use media_worker::contract::ErrorCode;
+use media_worker::contract::Stage;
 use media_worker::contract::{OptimizeResponse, Status};
-use media_worker::error::ErrorCode;
-use media_worker::job::Stage;
 use media_worker::media::transform::plan_widths;
 use media_worker::media::vips::Image;
 

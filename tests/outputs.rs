@@ -13,7 +13,7 @@ use common::corpus;
 use media_worker::config::Settings;
 use media_worker::contract::Warning;
 use media_worker::media::vips::Image;
-use media_worker::media::{self, Control, MediaJob, MediaOutput, ProducedFile};
+use media_worker::media::{self, Control, MediaOutput, ProducedFile};
 use serde_json::Value;
 
 /// Every format, every role: widths, a thumbnail, a small rendition and a poster for videos.
@@ -41,9 +41,9 @@ fn process(
     input: &Path,
     out: &Path,
 ) -> Result<MediaOutput, String> {
-    media::vips::init(1);
+    media::init(1);
     std::fs::create_dir_all(out).unwrap();
-    let job = MediaJob::new(settings, profile, None);
+    let job = settings.media_job(profile, None);
     media::process(&job, input, out, &mut Control::new(&mut |_| {}))
         .map_err(|f| format!("{}: {:?} at {:?}", input.display(), f.error, f.stage))
 }

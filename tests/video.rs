@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use common::{corpus, processes_mentioning, synthetic_video};
 use media_worker::config::Settings;
+use media_worker::contract::Stage;
 use media_worker::contract::VideoAnalysis;
-use media_worker::job::Stage;
-use media_worker::media::{self, Control, Event, MediaError, MediaFailure, MediaJob, MediaOutput};
+use media_worker::media::{self, Control, Event, MediaError, MediaFailure, MediaOutput};
 use serde_json::Value;
 
 fn settings(env: &[(&str, &str)]) -> Settings {
@@ -20,8 +20,8 @@ fn settings(env: &[(&str, &str)]) -> Settings {
 }
 
 fn run(settings: &Settings, input: &Path, out: &Path) -> Result<MediaOutput, MediaFailure> {
-    media::vips::init(1);
-    let job = MediaJob::new(settings, "default", None);
+    media::init(1);
+    let job = settings.media_job("default", None);
     media::process(&job, input, out, &mut Control::new(&mut |_| {}))
 }
 
@@ -212,10 +212,10 @@ fn truncated_videos_are_corrupt_input() {
 fn progress_and_the_time_limit_are_reported() {
     let out = tempfile::tempdir().unwrap();
     let s = settings(&[]);
-    let job = MediaJob::new(&s, "default", None);
+    let job = s.media_job("default", None);
     let mut events = Vec::new();
     let mut record = |e: Event| events.push(e);
-    media::vips::init(1);
+    media::init(1);
     let input = corpus("face_recognition_short_hamilton_clip.mp4");
     media::process(&job, &input, out.path(), &mut Control::new(&mut record)).unwrap();
     let stages: Vec<Stage> = events

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use crate::config::Settings;
-use crate::media::{self, analyze, probe, sniff, vips};
+use crate::media::{self, analyze, probe, sniff};
 
 /// (file, expected faces) from a manifest.
 pub fn expectations(manifest: &str) -> Vec<(String, u32)> {
@@ -42,8 +42,9 @@ pub fn count_faces(settings: &Settings, path: &Path) -> Result<u32, String> {
     let probe = probe::run(path, format, &settings.limits).map_err(|e| e.to_string())?;
     let profile = &settings.profiles["default"];
     // What the worker's analysis reads.
-    let (decoded, shared) = media::decode_image(path, &probe, profile, Some(&settings.analysis))
-        .map_err(|f| f.error.to_string())?;
+    let (decoded, shared) =
+        media::image::decode_image(path, &probe, profile, Some(&settings.analysis))
+            .map_err(|f| f.error.to_string())?;
     let image = shared.as_ref().map_or(&decoded, |v| &v.image);
     let a = analyze::run(&probe, image, &settings.analysis)?;
     Ok(a.vision.map_or(0, |v| v.face_count))
@@ -51,7 +52,7 @@ pub fn count_faces(settings: &Settings, path: &Path) -> Result<u32, String> {
 
 /// Prints the table and the goals; returns whether every goal is met.
 pub fn run(settings: &Settings, dir: &Path) -> anyhow::Result<bool> {
-    vips::init(settings.worker.vips_threads);
+    media::init(settings.worker.vips_threads);
     let manifest = std::fs::read_to_string(dir.join("MANIFEST.tsv"))?;
     let (mut small_ok, mut small_n, mut none_ok, mut none_n, mut group_ok, mut group_n) =
         (0, 0, 0, 0, 0, 0);

@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::{Phase, Stage};
+use super::Phase;
+use crate::contract::Stage;
 
 #[derive(Debug, Clone)]
 struct Entry {

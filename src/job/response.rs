@@ -8,7 +8,8 @@ use crate::contract::{
 };
 use crate::stages::validate::Invalid;
 
-use super::{Failure, Stage};
+use super::Failure;
+use crate::contract::Stage;
 
 /// What a successful attempt produced.
 #[derive(Debug)]
@@ -113,7 +114,7 @@ pub fn for_invalid(worker: &WorkerInfo, invalid: &Invalid, started: Instant) -> 
     r.media_id = invalid.media_id.clone();
     r.user_id = invalid.user_id.clone();
     r.error = Some(ErrorBody {
-        code: crate::error::ErrorCode::InvalidRequest,
+        code: crate::contract::ErrorCode::InvalidRequest,
         message: invalid.reason.clone(),
         stage: Stage::Validate,
         retryable: false,

@@ -10,15 +10,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::Settings;
-use crate::contract::{OptimizeRequest, OptimizeResponse, WorkerInfo};
-use crate::media::{self, Control, Event, MediaJob};
+use crate::contract::{OptimizeRequest, OptimizeResponse, Stage, WorkerInfo};
+use crate::media::{self, Control, Event};
 use crate::stages::{download, replay, upload};
 use crate::storage::Storage;
 use crate::telemetry::Metrics;
 
 use super::response::{self, Done, Ending};
 use super::scratch::ScratchDir;
-use super::{Failure, JobHandle, Phase, Registry, Stage, retry};
+use super::{Failure, JobHandle, Phase, Registry, retry};
 
 /// What every job shares.
 #[derive(Clone)]
@@ -143,7 +143,7 @@ impl JobRunner {
         // probe → analyze → transform: native code, off the async runtime's threads, behind
         // the one narrow function `media::process`.
         let profile = req.profile.as_deref().unwrap_or("default");
-        let spec = MediaJob::new(&svc.settings, profile, req.media_type);
+        let spec = svc.settings.media_job(profile, req.media_type);
         let (input, out_dir) = (scratch.source(), scratch.out_dir());
         let (handle, metrics) = (job.clone(), svc.metrics.clone());
         // A pool permit is one core: held for the native work only, so downloads and uploads
@@ -195,21 +195,15 @@ impl JobRunner {
         });
         let media = match until_limit(native, started, &limit).await {
             Ok(Ok(Ok(m))) => m,
-            Ok(Ok(Err(f))) => return Err((Failure::at(f.stage)(f.error), Some(source))),
+            Ok(Ok(Err(f))) => return Err((f.into(), Some(source))),
             Ok(Err(join)) => {
                 let e = media::MediaError::Crashed(format!("media task failed: {join}"));
                 return Err((Failure::at(Stage::Transform)(e), Some(source)));
             }
             Err(limit) => {
                 cancel.cancel();
-                let e = crate::error::JobError::Timeout(limit);
-                return Err((
-                    Failure {
-                        stage: job.current_stage(),
-                        error: e,
-                    },
-                    Some(source),
-                ));
+                let e = media::MediaError::Timeout(limit);
+                return Err((Failure::at(job.current_stage())(e), Some(source)));
             }
         };
 

@@ -2,10 +2,10 @@
 //! `max_side` px, see [`working_side`]) of the upright sRGB image the transform stage decoded:
 //! no second decode.
 
-use super::Probe;
+use super::probe::Probe;
+use super::settings::AnalysisSettings;
 use super::vips::Image;
 use super::vision::{self, Rgb};
-use crate::config::AnalysisSettings;
 use crate::contract::{ImageAnalysis, Point, Rect, Vision};
 
 /// Header facts only (the `vision` part is absent).

@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use super::MediaError;
+use super::error::MediaError;
+use super::settings::Limits;
 use super::sniff::ImageFormat;
 use super::vips::{self, Image};
-use crate::config::Limits;
 
 /// An image's header facts.
 #[derive(Debug, Clone, PartialEq)]

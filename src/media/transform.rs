@@ -5,11 +5,13 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::error::MediaError;
+use super::output::{FileFormat, ProducedFile};
 use super::probe::Colour;
+use super::probe::Probe;
+use super::settings::{FormatSpec, Profile, ThumbnailSpec};
 use super::vips::{Image, VipsError};
-use super::{FileFormat, MediaError, Probe, ProducedFile};
-use crate::config::{FormatSpec, OutputFormat, Profile, ThumbnailSpec};
-use crate::contract::{Point, Rect, Warning};
+use crate::contract::{OutputFormat, Point, Rect, Warning};
 
 const WHITE: [f64; 3] = [255.0, 255.0, 255.0];
 

@@ -180,7 +180,6 @@ pub fn init(threads: usize) {
             // Every job reads a different file: the operation cache only holds memory.
             vips_cache_set_max(0);
         }
-        super::vision::init();
     });
     // SAFETY: sets a global integer.
     unsafe { vips_concurrency_set(threads.max(1) as c_int) };

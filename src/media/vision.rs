@@ -10,7 +10,7 @@ use opencv::objdetect::CascadeClassifier;
 use opencv::prelude::*;
 use opencv::{img_hash, imgproc};
 
-use crate::config::AnalysisSettings;
+use super::settings::AnalysisSettings;
 
 pub type CvResult<T> = opencv::Result<T>;
 

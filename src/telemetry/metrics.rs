@@ -8,8 +8,7 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::error::ErrorCode;
-use crate::job::Stage;
+use crate::contract::{ErrorCode, Stage};
 
 pub struct Metrics {
     pub registry: Registry,

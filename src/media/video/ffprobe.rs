@@ -9,8 +9,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::child::{self, ChildError};
-use crate::config::{Limits, VideoSettings};
-use crate::media::MediaError;
+use crate::media::error::MediaError;
+use crate::media::settings::{Limits, VideoSettings};
 
 /// A video's facts, as displayed (rotation applied).
 #[derive(Debug, Clone, PartialEq)]

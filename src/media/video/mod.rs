@@ -16,12 +16,11 @@ use std::time::Duration;
 
 pub use child::{exits_within, kill_all};
 
-use super::{
-    Control, Event, FileFormat, MediaError, MediaFailure, MediaJob, MediaOutput, ProducedFile, at,
-};
-use crate::config::Rendition;
-use crate::contract::{Analysis, MediaType, VideoAnalysis, Warning};
-use crate::job::Stage;
+use super::control::{Control, Event};
+use super::error::{MediaError, MediaFailure, at, unwind};
+use super::output::{FileFormat, MediaOutput, ProducedFile};
+use super::settings::{MediaJob, Rendition};
+use crate::contract::{Analysis, MediaType, Stage, VideoAnalysis, Warning};
 use child::ChildError;
 use ffprobe::VideoProbe;
 
@@ -62,7 +61,7 @@ fn run(
     let mut chosen = None;
     if job.profile.poster {
         ctl.emit(Event::Stage(Stage::Analyze));
-        match super::unwind(|| poster::choose(job, &probe, input, work, &ctl.cancel)) {
+        match unwind(|| poster::choose(job, &probe, input, work, &ctl.cancel)) {
             Ok(p) => chosen = Some(p),
             Err(e) => warnings.push(poster_failed(e)),
         }
@@ -216,7 +215,7 @@ fn poster_outputs(
         cancel: ctl.cancel.clone(),
         on_event: &mut quiet,
     };
-    let out = super::image(job, frame, super::sniff::ImageFormat::Png, &dir, &mut inner)
+    let out = super::image::run(job, frame, super::sniff::ImageFormat::Png, &dir, &mut inner)
         .map_err(|f| f.error.to_string())?;
     let files = out
         .files

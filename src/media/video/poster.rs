@@ -13,7 +13,8 @@ use super::ffprobe::VideoProbe;
 use super::transcode;
 use crate::media::analyze::{self, FrameScore};
 use crate::media::probe::Colour;
-use crate::media::{MediaJob, transform};
+use crate::media::settings::MediaJob;
+use crate::media::transform;
 
 /// The chosen frame.
 #[derive(Debug)]

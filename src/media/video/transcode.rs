@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::ffprobe::VideoProbe;
-use crate::config::{Rendition, VideoSettings};
+use crate::media::settings::{Rendition, VideoSettings};
 
 /// The rungs to produce: those whose height (the shorter displayed side) is not above the
 /// source's, tallest first. A source smaller than every rung gets one rendition at its own

@@ -5,27 +5,11 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::error::ErrorCode;
-use crate::job::Stage;
+pub mod vocabulary;
+
+pub use vocabulary::{ErrorCode, Failure, MediaType, OutputFormat, Stage, Status};
 
 pub const SCHEMA_VERSION: u32 = 1;
-
-/// `image` or `video`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum MediaType {
-    Image,
-    Video,
-}
-
-impl MediaType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Image => "image",
-            Self::Video => "video",
-        }
-    }
-}
 
 /// Where the uploaded original lives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -85,15 +69,6 @@ impl OptimizeRequest {
         self.profile = Some(profile.to_owned());
         self
     }
-}
-
-/// `completed` (all outputs), `degraded` (outputs, with warnings) or `failed` (see `error`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Completed,
-    Degraded,
-    Failed,
 }
 
 /// The source as the worker found it.

@@ -1,0 +1,46 @@
+//! What can go wrong in media work, and where ([`MediaFailure`]). Classified into response
+//! codes by `error::JobError`.
+
+use std::time::Duration;
+
+use crate::contract::{Failure, Stage};
+
+/// A media failure. `Timeout` is the one time-limit error of a job: native work (or an ffmpeg
+/// run) over its limit, permanent because such an input is as slow on every attempt.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum MediaError {
+    #[error("unsupported media: {0}")]
+    Unsupported(String),
+    #[error("corrupt input: {0}")]
+    Corrupt(String),
+    #[error("limits exceeded: {0}")]
+    LimitsExceeded(String),
+    #[error("transform failed: {0}")]
+    Transform(String),
+    #[error("scratch i/o: {0}")]
+    Io(String),
+    #[error("media processing crashed: {0}")]
+    Crashed(String),
+    #[error("media processing exceeded its {0:?} limit")]
+    Timeout(Duration),
+}
+
+impl From<std::io::Error> for MediaError {
+    fn from(e: std::io::Error) -> Self {
+        MediaError::Io(e.to_string())
+    }
+}
+
+/// A media error and the stage it happened in.
+pub type MediaFailure = Failure<MediaError>;
+
+/// `map_err(at(Stage::Probe))`
+pub(crate) fn at(stage: Stage) -> impl FnOnce(MediaError) -> MediaFailure {
+    Failure::at(stage)
+}
+
+/// A panic in native code as an error message (for work whose failure degrades the job).
+pub(crate) fn unwind<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err("panicked".to_owned()))
+}

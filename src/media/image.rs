@@ -1,0 +1,99 @@
+//! The image pipeline: probe the header, decode once, analyze (optional), then transform.
+
+use std::path::Path;
+
+use super::analyze;
+use super::control::{Control, Event};
+use super::error::{MediaFailure, at, unwind};
+use super::output::MediaOutput;
+use super::probe::{self, Probe};
+use super::settings::{AnalysisSettings, MediaJob, Profile};
+use super::sniff;
+use super::transform;
+use super::vips;
+use crate::contract::{Analysis, MediaType, Stage, Warning};
+
+/// The image pipeline. The input is decoded once, at the start of analyze (or of transform,
+/// without analysis).
+pub(crate) fn run(
+    job: &MediaJob,
+    input: &Path,
+    format: sniff::ImageFormat,
+    out_dir: &Path,
+    ctl: &mut Control,
+) -> Result<MediaOutput, MediaFailure> {
+    let probe = probe::run(input, format, &job.limits).map_err(at(Stage::Probe))?;
+
+    let analyse = job.profile.analysis;
+    ctl.emit(Event::Stage(decode_stage(analyse)));
+    let (decoded, shared) = decode_image(
+        input,
+        &probe,
+        &job.profile,
+        analyse.then_some(&job.analysis),
+    )?;
+
+    let mut warnings = Vec::new();
+    let analysis = analyse.then(|| {
+        // Analysis never fails the job: on error (or a panic in native code) the variants still
+        // ship, with a warning.
+        let _span = tracing::info_span!("image.analyze").entered();
+        let image = shared.as_ref().map_or(&decoded, |v| &v.image);
+        let message = match unwind(|| analyze::run(&probe, image, &job.analysis)) {
+            Ok(a) => return a,
+            Err(e) => e,
+        };
+        warnings.push(Warning {
+            code: "analysis_failed".into(),
+            message,
+        });
+        analyze::basic(&probe)
+    });
+    let focal = analysis
+        .as_ref()
+        .and_then(|a| a.vision.as_ref())
+        .map(|v| v.focal_point);
+
+    ctl.emit(Event::Stage(Stage::Transform));
+    let transformed = tracing::info_span!("image.compress")
+        .in_scope(|| transform::run(&decoded, shared, &probe, &job.profile, focal, out_dir))
+        .map_err(at(Stage::Transform))?;
+    warnings.extend(transformed.warnings);
+    Ok(MediaOutput {
+        media_type: MediaType::Image,
+        files: transformed.files,
+        analysis: analysis.map(Analysis::Image),
+        warnings,
+    })
+}
+
+/// Decodes once, at the width every output (and the analysis, when `analysis` is given) needs.
+/// With analysis, also makes first the variant the analysis reads, when one fits
+/// ([`transform::variant_for`]); the transform stage then uses it as that variant.
+pub fn decode_image(
+    input: &Path,
+    probe: &Probe,
+    profile: &Profile,
+    analysis: Option<&AnalysisSettings>,
+) -> Result<(vips::Image, Option<transform::Variant>), MediaFailure> {
+    let first = decode_stage(analysis.is_some());
+    let side = analysis.map(|a| analyze::working_side(probe.width, probe.height, a));
+    let width = transform::decode_width(probe, profile, side);
+    let decoded = transform::decode(input, width, probe.colour).map_err(at(first))?;
+    let shared = match side {
+        Some(side) => {
+            transform::variant_for(&decoded, probe, profile, side).map_err(at(Stage::Transform))?
+        }
+        None => None,
+    };
+    Ok((decoded, shared))
+}
+
+/// The stage the input is decoded in: the first one that reads pixels.
+fn decode_stage(analysis: bool) -> Stage {
+    if analysis {
+        Stage::Analyze
+    } else {
+        Stage::Transform
+    }
+}

@@ -1,0 +1,53 @@
+//! What media work produces: files in the scratch output directory, and the outcome.
+
+use std::path::PathBuf;
+
+use crate::contract::{Analysis, MediaType, OutputFormat, Rect, Warning};
+
+/// One file written to the scratch output directory.
+#[derive(Debug, Clone)]
+pub struct ProducedFile {
+    /// File name, which is also the last part of its object key (e.g. `640w.webp`).
+    pub name: String,
+    pub path: PathBuf,
+    pub role: &'static str,
+    pub format: FileFormat,
+    pub width: u32,
+    pub height: u32,
+    pub size_bytes: u64,
+    /// Video renditions.
+    pub duration_ms: Option<u64>,
+    /// Thumbnails: the region of the upright source shown.
+    pub crop: Option<Rect>,
+}
+
+/// What a produced file is encoded as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    Image(OutputFormat),
+    /// H.264 + AAC in MP4.
+    Mp4,
+}
+
+impl FileFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Image(f) => f.name(),
+            Self::Mp4 => "mp4",
+        }
+    }
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::Image(f) => f.content_type(),
+            Self::Mp4 => "video/mp4",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct MediaOutput {
+    pub media_type: MediaType,
+    pub files: Vec<ProducedFile>,
+    pub analysis: Option<Analysis>,
+    pub warnings: Vec<Warning>,
+}

@@ -1,0 +1,138 @@
+//! What the media code is asked to do with one input ([`MediaJob`]) and the settings it takes:
+//! the profile, the limits, the analysis and video sections (deserialised by `config`).
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::contract::{MediaType, OutputFormat};
+
+/// What to do with one input.
+#[derive(Debug, Clone)]
+pub struct MediaJob {
+    pub profile: Profile,
+    pub limits: Limits,
+    pub analysis: AnalysisSettings,
+    pub video: VideoSettings,
+    /// ffmpeg `-threads` (see `Settings::ffmpeg_threads`).
+    pub ffmpeg_threads: usize,
+    /// The producer's hint; the type is always detected from the bytes.
+    pub hint: Option<MediaType>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub max_input_bytes: u64,
+    pub max_image_pixels: u64,
+    /// Longer videos are rejected (`limits_exceeded`) before transcoding.
+    pub max_video_seconds: u64,
+    /// Larger frames (width x height as displayed) are rejected before transcoding.
+    pub max_video_pixels: u64,
+}
+
+/// FFmpeg (see `media::video`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VideoSettings {
+    pub ffmpeg: PathBuf,
+    pub ffprobe: PathBuf,
+    /// ffmpeg threads per job; 0 = cores / pool size (at least 1), so that pool x threads is
+    /// about the core count. A video job holds one pool permit, like an image job.
+    pub threads: usize,
+    /// libx264 preset.
+    pub preset: String,
+    pub audio_bitrate_kbps: u32,
+    /// Each ffmpeg run may take `timeout_base_secs + timeout_per_second x duration` (the
+    /// duration is `limits.max_video_seconds` when the container does not say).
+    pub timeout_base_secs: u64,
+    pub timeout_per_second: f64,
+    /// Frames considered for the poster, spread over the video.
+    pub poster_candidates: u32,
+}
+
+/// OpenCV analysis (see `media::vision`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnalysisSettings {
+    /// Upper bound on the longest side of the copy analysed (see `analyze::working_side`).
+    pub max_side: u32,
+    pub face_cascade: PathBuf,
+    /// A second cascade for faces in profile.
+    #[serde(default)]
+    pub profile_cascade: Option<PathBuf>,
+    pub scale_factor: f64,
+    pub min_neighbors: i32,
+    /// Smallest face searched (in groups), as a fraction of the shorter image side.
+    pub min_face_ratio: f64,
+    /// Smallest face searched in every image.
+    pub first_pass_face_ratio: f64,
+    /// An image with at least this many clusters of face candidates (two or more each), one
+    /// near `first_pass_face_ratio`, is a group: searched again for faces down to
+    /// `min_face_ratio`, and with the profile cascade when fewer frontal faces were found.
+    pub group_min_faces: u32,
+    /// Longest side of the grey copy whose Laplacian variance is `blur_score`.
+    pub blur_side: u32,
+    /// `is_blurry` when `blur_score` is below this.
+    pub blur_threshold: f64,
+}
+
+/// What to produce for a request.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Include the `analysis` block in the response.
+    pub analysis: bool,
+    /// Target widths; never upscaled (see `media::transform::plan_widths`).
+    pub widths: Vec<u32>,
+    pub formats: Vec<FormatSpec>,
+    /// A `thumbnail` output cropped around the focal point (cover), in every format.
+    #[serde(default)]
+    pub thumbnail: Option<ThumbnailSpec>,
+    /// Video renditions, only those not taller than the source (see `media::video`).
+    #[serde(default = "default_renditions")]
+    pub renditions: Vec<Rendition>,
+    /// A poster frame sent through the image outputs above.
+    #[serde(default = "yes")]
+    pub poster: bool,
+}
+
+/// One rung of the video ladder: `height` is the shorter displayed side (720 = 720p, also for
+/// a portrait video, which becomes 720x1280).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rendition {
+    pub height: u32,
+    pub crf: u8,
+}
+
+fn default_renditions() -> Vec<Rendition> {
+    vec![
+        Rendition {
+            height: 720,
+            crf: 23,
+        },
+        Rendition {
+            height: 480,
+            crf: 26,
+        },
+    ]
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThumbnailSpec {
+    pub width: u32,
+    pub height: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FormatSpec {
+    pub format: OutputFormat,
+    pub quality: u8,
+}
