@@ -27,7 +27,6 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{DefaultProducerContext, FutureProducer};
-use tokio_util::sync::CancellationToken;
 
 mod util;
 use util::{arg, status_mib};
@@ -115,7 +114,7 @@ fn main() {
         cluster.create_topic(&responses, 1);
         let max_in_flight = settings.max_in_flight();
         let storage = LocalStorage::new(tmp.path().join("store")).with_bucket("corpus", &corpus);
-        let svc = worker::services(Arc::new(settings.clone()), Arc::new(storage)).unwrap();
+        let svc = media_worker::job::services(Arc::new(settings.clone()), Arc::new(storage)).unwrap();
 
         let producer: FutureProducer = ClientConfig::new()
             .set("bootstrap.servers", cluster.bootstrap())
@@ -142,7 +141,7 @@ fn main() {
 
         // The stored results (through the job runner directly), then the backlog, before the
         // worker runs.
-        let runner = media_worker::job::JobRunner::new(svc.clone());
+        let runner = media_worker::job::JobRunner::new(svc.clone(), media_worker::shutdown::Shutdown::new());
         for i in 0..ids {
             let mut r = req(i);
             r.force = true;
@@ -151,14 +150,14 @@ fn main() {
         let backlog: Vec<_> = (ids..ids + messages).map(req).collect();
         common::produce_all(&producer, &requests, &backlog).await;
         let rss_before = status_mib("VmRSS:");
-        let stop = CancellationToken::new();
+        let stop = media_worker::shutdown::Shutdown::new();
         let started = Instant::now();
         let running = tokio::spawn(worker::run(svc, stop.clone(), None));
         let sampler = {
             let stop = stop.clone();
             tokio::spawn(async move {
                 let mut peak: f64 = 0.0;
-                while !stop.is_cancelled() {
+                while !stop.is_draining() {
                     peak = peak.max(status_mib("VmRSS:"));
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
@@ -168,7 +167,7 @@ fn main() {
         let (replayed, first) = tokio::task::block_in_place(|| take(&reader, messages));
         let wall = started.elapsed();
         let steady = first.elapsed();
-        stop.cancel();
+        stop.drain();
         running.await.unwrap().unwrap();
         let peak = sampler.await.unwrap();
         println!(

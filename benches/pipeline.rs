@@ -85,12 +85,12 @@ fn main() {
             let storage = LocalStorage::new(out.path()).with_bucket("corpus", &corpus);
             let svc = rt
                 .block_on(async {
-                    media_worker::worker::services(Arc::new(settings), Arc::new(storage))
+                    media_worker::job::services(Arc::new(settings), Arc::new(storage))
                 })
                 .unwrap();
             Mode {
                 name,
-                runner: JobRunner::new(svc),
+                runner: JobRunner::new(svc, media_worker::shutdown::Shutdown::new()),
                 cpu: 0.0,
                 wall: 0.0,
                 rounds: Vec::new(),

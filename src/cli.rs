@@ -5,11 +5,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
+use crate::shutdown::Shutdown;
 use crate::storage::S3Storage;
-use crate::{commands, worker};
+use crate::{commands, job, worker};
 
 #[derive(Parser)]
 #[command(
@@ -90,10 +90,10 @@ pub fn main() -> ExitCode {
 async fn execute(command: Command, settings: Settings) -> anyhow::Result<u8> {
     match command {
         Command::Run => {
-            let shutdown = CancellationToken::new();
+            let shutdown = Shutdown::new();
             tokio::spawn(signals(shutdown.clone()));
             let storage = S3Storage::from_env(&settings.storage).await;
-            let svc = worker::services(Arc::new(settings), Arc::new(storage))?;
+            let svc = job::services(Arc::new(settings), Arc::new(storage))?;
             Ok(match worker::run(svc, shutdown, None).await? {
                 worker::Exit::Drained => 0,
                 worker::Exit::Abandoned(_) => 1,
@@ -130,12 +130,12 @@ async fn execute(command: Command, settings: Settings) -> anyhow::Result<u8> {
 }
 
 /// SIGTERM or SIGINT starts the drain.
-async fn signals(shutdown: CancellationToken) {
+async fn signals(shutdown: Shutdown) {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: draining"),
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: draining"),
     }
-    shutdown.cancel();
+    shutdown.drain();
 }

@@ -13,6 +13,8 @@ pub mod error;
 pub mod job;
 pub mod kafka;
 pub mod media;
+pub mod retry;
+pub mod shutdown;
 pub mod stages;
 pub mod storage;
 pub mod telemetry;

@@ -19,7 +19,6 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
-use tokio_util::sync::CancellationToken;
 use tracing_subscriber::prelude::*;
 
 const GOOD_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -82,8 +81,8 @@ async fn a_job_is_one_span_tree_that_continues_the_producers_trace() {
     cluster.create_topic(&requests, 1, 1).unwrap();
     cluster.create_topic(&responses, 1, 1).unwrap();
     let storage = LocalStorage::new(tmp.path().join("store")).with_bucket("uploads", &corpus);
-    let svc = worker::services(Arc::new(settings), Arc::new(storage)).unwrap();
-    let stop = CancellationToken::new();
+    let svc = media_worker::job::services(Arc::new(settings), Arc::new(storage)).unwrap();
+    let stop = media_worker::shutdown::Shutdown::new();
     let running = tokio::spawn(worker::run(svc, stop.clone(), None));
 
     let producer: FutureProducer = ClientConfig::new()
@@ -142,7 +141,7 @@ async fn a_job_is_one_span_tree_that_continues_the_producers_trace() {
         }
     }
     assert_eq!(sent.len(), 2, "both responses published");
-    stop.cancel();
+    stop.drain();
     running.await.unwrap().unwrap();
     provider.force_flush().unwrap();
     let spans = exporter.get_finished_spans().unwrap();

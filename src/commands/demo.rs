@@ -13,12 +13,12 @@ use rdkafka::message::Message;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Settings;
 use crate::contract::{OptimizeRequest, OptimizeResponse};
+use crate::shutdown::Shutdown;
 use crate::storage::LocalStorage;
-use crate::worker;
+use crate::{job, worker};
 
 const UPLOADS: &str = "uploads";
 const PARTITIONS: i32 = 4;
@@ -43,8 +43,8 @@ pub async fn run(mut settings: Settings, dir: PathBuf) -> anyhow::Result<()> {
     let out = work.path().join("store");
     let storage = LocalStorage::new(&out).with_bucket(UPLOADS, &dir);
 
-    let svc = worker::services(Arc::new(settings.clone()), Arc::new(storage))?;
-    let stop = CancellationToken::new();
+    let svc = job::services(Arc::new(settings.clone()), Arc::new(storage))?;
+    let stop = Shutdown::new();
     let worker_task = tokio::spawn(worker::run(svc, stop.clone(), None));
 
     let producer: FutureProducer = ClientConfig::new()
@@ -97,7 +97,7 @@ pub async fn run(mut settings: Settings, dir: PathBuf) -> anyhow::Result<()> {
         }
     }
     let wall = started.elapsed();
-    stop.cancel();
+    stop.drain();
     worker_task.await??;
 
     println!(

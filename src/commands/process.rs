@@ -9,9 +9,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::Settings;
 use crate::contract::OptimizeRequest;
-use crate::job::JobRunner;
+use crate::job::{self, JobRunner};
+use crate::shutdown::Shutdown;
 use crate::storage::LocalStorage;
-use crate::worker;
 
 const SOURCE_BUCKET: &str = "local";
 
@@ -33,8 +33,8 @@ pub async fn run(
         .with_bucket(SOURCE_BUCKET, "/")
         .with_bucket(&settings.storage.output_bucket, &out);
     let pool = settings.pool_size();
-    let svc = worker::services(Arc::new(settings), Arc::new(storage))?;
-    let runner = JobRunner::new(svc.clone());
+    let svc = job::services(Arc::new(settings), Arc::new(storage))?;
+    let runner = JobRunner::new(svc.clone(), Shutdown::new());
 
     let bar = if files.len() > 1 {
         let b = ProgressBar::new(files.len() as u64);

@@ -7,8 +7,17 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::Phase;
 use crate::contract::Stage;
+
+/// Where a job is between stages: waiting for a pool permit, running a stage, or backing off
+/// before another attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Queued,
+    Running,
+    Backoff,
+}
 
 #[derive(Debug, Clone)]
 struct Entry {

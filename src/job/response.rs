@@ -8,8 +8,11 @@ use crate::contract::{
 };
 use crate::stages::validate::Invalid;
 
-use super::Failure;
 use crate::contract::Stage;
+use crate::error::JobError;
+
+/// A failed attempt: the classified error and the stage it happened in.
+pub type Failure = crate::contract::Failure<JobError>;
 
 /// What a successful attempt produced.
 #[derive(Debug)]
@@ -19,7 +22,7 @@ pub struct Done {
     pub outputs: Vec<Output>,
     pub analysis: Option<Analysis>,
     pub warnings: Vec<Warning>,
-    /// Answered from a stored manifest (see `stages::replay`).
+    /// Answered from a stored manifest (see `stages::manifest`).
     pub replayed: bool,
 }
 

@@ -6,37 +6,27 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinHandle};
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::Settings;
-use crate::contract::{OptimizeRequest, OptimizeResponse, Stage, WorkerInfo};
+use crate::contract::{OptimizeRequest, OptimizeResponse, Stage};
 use crate::media::{self, Control, Event};
-use crate::stages::{download, replay, upload};
-use crate::storage::Storage;
-use crate::telemetry::Metrics;
+use crate::shutdown::Shutdown;
+use crate::stages::manifest::{self, Manifest};
+use crate::stages::{download, upload};
 
-use super::response::{self, Done, Ending};
+use super::registry::{JobHandle, Phase};
+use super::response::{self, Done, Ending, Failure};
 use super::scratch::ScratchDir;
-use super::{Failure, JobHandle, Phase, Registry, retry};
-
-/// What every job shares.
-#[derive(Clone)]
-pub struct Services {
-    pub settings: Arc<Settings>,
-    pub storage: Arc<dyn Storage>,
-    pub metrics: Arc<Metrics>,
-    pub registry: Registry,
-    pub worker: WorkerInfo,
-}
+use super::services::Services;
+use crate::retry;
 
 #[derive(Clone)]
 pub struct JobRunner {
     svc: Services,
     /// One permit per concurrent job (cores by default).
     pool: Arc<Semaphore>,
-    /// Parent of every job's cancel token (see `abort_all`).
-    abort: CancellationToken,
+    /// Every attempt's native work stops when jobs are abandoned (`Shutdown::job`).
+    shutdown: Shutdown,
 }
 
 impl JobRunner {
@@ -45,20 +35,19 @@ impl JobRunner {
         self.svc.settings.pool_size()
     }
 
-    pub fn new(svc: Services) -> JobRunner {
+    pub fn new(svc: Services, shutdown: Shutdown) -> JobRunner {
         let size = svc.settings.pool_size();
         svc.metrics.pool_size.set(size as i64);
         JobRunner {
             pool: Arc::new(Semaphore::new(size)),
-            abort: CancellationToken::new(),
+            shutdown,
             svc,
         }
     }
 
-    /// Stops all native work that can be stopped, now: every job's ffmpeg is killed (for a
-    /// shutdown past its deadline, so that no child outlives the worker).
-    pub fn abort_all(&self) -> usize {
-        self.abort.cancel();
+    /// Kills every job's ffmpeg now (after `Shutdown::abandon`, so that no child outlives the
+    /// worker); returns how many.
+    pub fn kill_native(&self) -> usize {
         media::video::kill_all()
     }
 
@@ -87,7 +76,14 @@ impl JobRunner {
         let started = Instant::now();
         // A redelivered or repeated request whose result is stored: answered from it.
         job.stage(Stage::Download);
-        if let Some(done) = replay::lookup(&self.svc, req).await {
+        let svc = &self.svc;
+        let (bucket, profile) = (
+            &svc.settings.storage.output_bucket,
+            manifest::profile_of(req),
+        );
+        let fingerprint = manifest::fingerprint(&svc.settings, profile);
+        let stored = manifest::lookup(&*svc.storage, bucket, &fingerprint, req).await;
+        if let Some(done) = stored.map(|m| replayed(m, req)) {
             self.svc.metrics.replays.inc();
             tracing::info!(job = job.id(), "answered from the stored manifest");
             return response::for_request(&self.svc.worker, req, Ending::Done(done), 1, started);
@@ -135,14 +131,20 @@ impl JobRunner {
             .timed(
                 job,
                 Stage::Download,
-                download::run(svc, &req.source, &scratch.source()),
+                download::run(
+                    &*svc.storage,
+                    &svc.metrics,
+                    &req.source,
+                    &scratch.source(),
+                    svc.settings.limits.max_input_bytes,
+                ),
             )
             .await
             .map_err(|f| (f, None))?;
 
         // probe → analyze → transform: native code, off the async runtime's threads, behind
         // the one narrow function `media::process`.
-        let profile = req.profile.as_deref().unwrap_or("default");
+        let profile = manifest::profile_of(req);
         let spec = svc.settings.media_job(profile, req.media_type);
         let (input, out_dir) = (scratch.source(), scratch.out_dir());
         let (handle, metrics) = (job.clone(), svc.metrics.clone());
@@ -162,7 +164,7 @@ impl JobRunner {
         let limit = Arc::new(AtomicU64::new(
             svc.settings.worker.media_timeout_secs * 1000,
         ));
-        let cancel = self.abort.child_token();
+        let cancel = self.shutdown.job();
         let (announced, token) = (limit.clone(), cancel.clone());
         let started = Instant::now();
         // The media code's spans (image.analyze, ...) belong under this attempt's span.
@@ -213,7 +215,14 @@ impl JobRunner {
         let (src, scratch_path) = (source.clone(), scratch.path().to_owned());
         let done = self
             .timed(job, Stage::Upload, async move {
-                let outputs = upload::run(svc, req, media_type, &files).await?;
+                let to = upload::Destination {
+                    storage: &*svc.storage,
+                    metrics: &svc.metrics,
+                    bucket: &svc.settings.storage.output_bucket,
+                    req,
+                    media_type,
+                };
+                let outputs = upload::run(&to, &files).await?;
                 let done = Done {
                     source: src,
                     media_type,
@@ -222,7 +231,9 @@ impl JobRunner {
                     warnings,
                     replayed: false,
                 };
-                replay::record(svc, req, &done, &scratch_path).await?;
+                if let Some(m) = manifest_of(svc, req, &done) {
+                    manifest::record(to.storage, to.bucket, req, &m, &scratch_path).await?;
+                }
                 Ok::<_, crate::storage::StorageError>(done)
             })
             .await
@@ -245,6 +256,38 @@ impl JobRunner {
         self.svc.metrics.observe_stage(stage, t.elapsed());
         r
     }
+}
+
+/// A job answered from its stored manifest: this request's source, the stored outputs.
+fn replayed(m: Manifest, req: &OptimizeRequest) -> Done {
+    Done {
+        source: crate::contract::SourceInfo {
+            bucket: req.source.bucket.clone(),
+            key: req.source.key.clone(),
+            ..m.source
+        },
+        media_type: m.media_type,
+        outputs: m.outputs,
+        analysis: m.analysis,
+        warnings: m.warnings,
+        replayed: true,
+    }
+}
+
+/// The manifest of a finished job, for a source with an ETag (see `stages::manifest`).
+fn manifest_of(svc: &Services, req: &OptimizeRequest, done: &Done) -> Option<Manifest> {
+    let profile = manifest::profile_of(req);
+    Some(Manifest {
+        schema_version: crate::contract::SCHEMA_VERSION,
+        source_etag: done.source.etag.clone()?,
+        profile: profile.to_owned(),
+        fingerprint: manifest::fingerprint(&svc.settings, profile),
+        media_type: done.media_type,
+        source: done.source.clone(),
+        outputs: done.outputs.clone(),
+        analysis: done.analysis.clone(),
+        warnings: done.warnings.clone(),
+    })
 }
 
 /// Awaits `task` until `limit_ms` (which the task may raise meanwhile) has passed since

@@ -333,7 +333,7 @@ impl KafkaSource {
             revoke_drain: Duration::from_secs(settings.kafka.revoke_drain_secs),
         };
         let mut consumer: BaseConsumer<SourceContext> =
-            super::consumer_config(&settings.kafka).create_with_context(context)?;
+            super::client::consumer_config(&settings.kafka).create_with_context(context)?;
         consumer.set_nonempty_callback(waker(&cmd_tx));
         consumer.subscribe(&[settings.kafka.request_topic.as_str()])?;
         let cmd_wake = cmd_tx.clone();

@@ -21,7 +21,7 @@ use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::KafkaSettings;
-use crate::job::retry::backoff;
+use crate::retry::backoff;
 use crate::telemetry::{Health, Metrics};
 
 pub struct Publisher {
@@ -86,7 +86,7 @@ impl Publisher {
         metrics: Arc<Metrics>,
         health: Arc<Health>,
     ) -> KafkaResult<Publisher> {
-        let config = super::producer_config(settings);
+        let config = super::client::producer_config(settings);
         Ok(Publisher {
             producer: RwLock::new(config.create()?),
             config,

@@ -3,15 +3,18 @@
 use std::path::Path;
 
 use crate::contract::{SourceInfo, SourceRef};
-use crate::job::Services;
-use crate::storage::StorageError;
+use crate::storage::{Storage, StorageError};
+use crate::telemetry::Metrics;
 
-pub async fn run(svc: &Services, src: &SourceRef, dest: &Path) -> Result<SourceInfo, StorageError> {
-    let obj = svc
-        .storage
-        .download(src, dest, svc.settings.limits.max_input_bytes)
-        .await?;
-    svc.metrics.bytes_downloaded.inc_by(obj.size_bytes);
+pub async fn run(
+    storage: &dyn Storage,
+    metrics: &Metrics,
+    src: &SourceRef,
+    dest: &Path,
+    max_bytes: u64,
+) -> Result<SourceInfo, StorageError> {
+    let obj = storage.download(src, dest, max_bytes).await?;
+    metrics.bytes_downloaded.inc_by(obj.size_bytes);
     Ok(SourceInfo {
         bucket: src.bucket.clone(),
         key: src.key.clone(),

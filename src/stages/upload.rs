@@ -3,9 +3,9 @@
 use futures_util::{StreamExt, TryStreamExt, stream};
 
 use crate::contract::{MediaType, OptimizeRequest, Output};
-use crate::job::Services;
 use crate::media::ProducedFile;
-use crate::storage::{ObjectMeta, StorageError};
+use crate::storage::{ObjectMeta, Storage, StorageError};
+use crate::telemetry::Metrics;
 
 /// Outputs are immutable: the same request always writes the same bytes to the same key.
 pub const CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
@@ -20,36 +20,35 @@ pub fn key(user_id: &str, media_type: MediaType, media_id: &str, name: &str) -> 
     format!("{user_id}/{kind}/{media_id}/{name}")
 }
 
+/// Where and for whom the files of one job go.
+pub struct Destination<'a> {
+    pub storage: &'a dyn Storage,
+    pub metrics: &'a Metrics,
+    pub bucket: &'a str,
+    pub req: &'a OptimizeRequest,
+    pub media_type: MediaType,
+}
+
 pub async fn run(
-    svc: &Services,
-    req: &OptimizeRequest,
-    media_type: MediaType,
+    to: &Destination<'_>,
     files: &[ProducedFile],
 ) -> Result<Vec<Output>, StorageError> {
-    let uploads: Vec<_> = files
-        .iter()
-        .map(|f| upload_one(svc, req, media_type, f))
-        .collect();
+    let uploads: Vec<_> = files.iter().map(|f| upload_one(to, f)).collect();
     stream::iter(uploads)
         .buffered(PARALLEL_UPLOADS)
         .try_collect()
         .await
 }
 
-async fn upload_one(
-    svc: &Services,
-    req: &OptimizeRequest,
-    media_type: MediaType,
-    f: &ProducedFile,
-) -> Result<Output, StorageError> {
-    let bucket = svc.settings.storage.output_bucket.as_str();
-    let key = key(&req.user_id, media_type, &req.media_id, &f.name);
+async fn upload_one(to: &Destination<'_>, f: &ProducedFile) -> Result<Output, StorageError> {
+    let bucket = to.bucket;
+    let key = key(&to.req.user_id, to.media_type, &to.req.media_id, &f.name);
     let meta = ObjectMeta {
         content_type: f.format.content_type(),
         cache_control: CACHE_CONTROL,
     };
-    svc.storage.upload(bucket, &key, &f.path, &meta).await?;
-    svc.metrics.bytes_uploaded.inc_by(f.size_bytes);
+    to.storage.upload(bucket, &key, &f.path, &meta).await?;
+    to.metrics.bytes_uploaded.inc_by(f.size_bytes);
     Ok(Output {
         role: f.role.to_owned(),
         bucket: bucket.to_owned(),

@@ -3,9 +3,15 @@
 //! storage probe (output bucket reachable); scratch space is read when asked.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
 
 use serde::Serialize;
+
+use crate::storage::Storage;
 
 /// Consecutive failed offset commits after which the worker is not ready: its finished work is
 /// not being recorded, so a restart would redo it.
@@ -96,6 +102,29 @@ impl Health {
             ready: r.consuming && r.broker && r.storage && r.scratch && r.commits && r.publishing,
             ..r
         }
+    }
+}
+
+/// Checks `bucket` every `period` for `/health/ready` until `stop` (a worker that cannot write
+/// its outputs should not take work).
+pub async fn watch_storage(
+    storage: Arc<dyn Storage>,
+    bucket: String,
+    period: Duration,
+    health: Arc<Health>,
+    stop: CancellationToken,
+) {
+    let mut every = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        let r = storage.check(&bucket).await;
+        if let Err(e) = &r {
+            tracing::warn!(bucket = %bucket, error = %e, "output bucket check failed");
+        }
+        health.set_storage_ok(r.is_ok());
     }
 }
 

@@ -8,7 +8,7 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::contract::{ErrorCode, Stage};
+use crate::contract::{ErrorCode, OptimizeResponse, Stage};
 
 pub struct Metrics {
     pub registry: Registry,
@@ -202,6 +202,20 @@ impl Metrics {
     }
 
     /// A job finished after `d`: feeds the recent mean (exponentially weighted, 1/20 per job).
+    /// A finished job: its outcome, code and duration.
+    pub fn observe_response(&self, r: &OptimizeResponse, elapsed: Duration) {
+        let (outcome, code) = (
+            r.status.as_str(),
+            r.error.as_ref().map_or("", |e| e.code.as_str()),
+        );
+        let media_type = r.media_type.map_or("unknown", |m| m.as_str());
+        self.jobs.with_label_values(&[outcome, code]).inc();
+        self.job_finished(elapsed);
+        self.job_duration
+            .with_label_values(&[media_type, outcome])
+            .observe(elapsed.as_secs_f64());
+    }
+
     pub fn job_finished(&self, d: Duration) {
         let old = f64::from_bits(self.mean_job_seconds.load(Ordering::Relaxed));
         let new = old + (d.as_secs_f64() - old) / 20.0;

@@ -1,4 +1,6 @@
-//! Exponential backoff with full jitter between attempts.
+//! Exponential backoff with "equal jitter" between attempts: half the delay is fixed, half
+//! random. The fixed half is what lets `RETRY_COUNT` promise a minimum outage ridden out
+//! (README); full jitter (`[0, d]`) would not.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The redelivery short-circuit. After every output of a job is uploaded, `manifest.json` is
+//! The manifest: the redelivery short-circuit. After every output of a job is uploaded, `manifest.json` is
 //! written last next to them: what the response said, for which source version (its ETag) and
 //! which profile (a fingerprint of every setting that shapes the outputs). A later request for
 //! the same media whose source ETag and fingerprint match is answered from the manifest
@@ -12,9 +12,7 @@ use crate::config::Settings;
 use crate::contract::{
     Analysis, MediaType, OptimizeRequest, Output, SourceInfo, SourceRef, Warning,
 };
-use crate::job::Services;
-use crate::job::response::Done;
-use crate::storage::{ObjectMeta, StorageError};
+use crate::storage::{ObjectMeta, Storage, StorageError};
 
 pub const MANIFEST: &str = "manifest.json";
 /// Larger manifests are not ours: ignored.
@@ -53,18 +51,22 @@ pub fn fingerprint(settings: &Settings, profile: &str) -> String {
     format!("{h:016x}")
 }
 
-fn profile_of(req: &OptimizeRequest) -> &str {
+pub fn profile_of(req: &OptimizeRequest) -> &str {
     req.profile.as_deref().unwrap_or("default")
 }
 
-/// The stored result for this request, when it is still valid: same source ETag, same
-/// profile fingerprint. Any miss or error means "process it" (and is no failure).
-pub async fn lookup(svc: &Services, req: &OptimizeRequest) -> Option<Done> {
+/// The stored manifest for this request, when it is still valid: same source ETag, same
+/// profile `fingerprint`. Any miss or error means "process it" (and is no failure).
+pub async fn lookup(
+    storage: &dyn Storage,
+    bucket: &str,
+    fingerprint: &str,
+    req: &OptimizeRequest,
+) -> Option<Manifest> {
     if req.force {
         return None;
     }
-    let etag = svc.storage.etag(&req.source).await.ok()??;
-    let bucket = &svc.settings.storage.output_bucket;
+    let etag = storage.etag(&req.source).await.ok()??;
     // The type is only known after a download: a hint says where to look first.
     let kinds = match req.media_type {
         Some(MediaType::Video) => [MediaType::Video, MediaType::Image],
@@ -72,69 +74,43 @@ pub async fn lookup(svc: &Services, req: &OptimizeRequest) -> Option<Done> {
     };
     for kind in kinds {
         let src = SourceRef {
-            bucket: bucket.clone(),
+            bucket: bucket.to_owned(),
             key: key(&req.user_id, kind, &req.media_id, MANIFEST),
         };
-        let Ok(bytes) = svc.storage.read(&src, MAX_MANIFEST_BYTES).await else {
+        let Ok(bytes) = storage.read(&src, MAX_MANIFEST_BYTES).await else {
             continue;
         };
         let Ok(m) = serde_json::from_slice::<Manifest>(&bytes) else {
             tracing::warn!(key = %src.key, "unreadable manifest ignored");
             continue;
         };
-        let fp = fingerprint(&svc.settings, profile_of(req));
-        if m.source_etag != etag || m.fingerprint != fp || m.profile != profile_of(req) {
+        if m.source_etag != etag || m.fingerprint != fingerprint || m.profile != profile_of(req) {
             return None; // the source or the profile changed: process again
         }
-        return Some(Done {
-            source: SourceInfo {
-                bucket: req.source.bucket.clone(),
-                key: req.source.key.clone(),
-                ..m.source
-            },
-            media_type: m.media_type,
-            outputs: m.outputs,
-            analysis: m.analysis,
-            warnings: m.warnings,
-            replayed: true,
-        });
+        return Some(m);
     }
     None
 }
 
-/// Writes the manifest of a finished job, after all its outputs. Without a source ETag there
-/// is nothing to check a later request against, so nothing is written.
+/// Writes the manifest of a finished job, after all its outputs (a manifest is only made for a
+/// source with an ETag: without one there is nothing to check a later request against).
 pub async fn record(
-    svc: &Services,
+    storage: &dyn Storage,
+    bucket: &str,
     req: &OptimizeRequest,
-    done: &Done,
+    manifest: &Manifest,
     scratch: &std::path::Path,
 ) -> Result<(), StorageError> {
-    let Some(etag) = done.source.etag.clone() else {
-        return Ok(());
-    };
-    let manifest = Manifest {
-        schema_version: crate::contract::SCHEMA_VERSION,
-        source_etag: etag,
-        profile: profile_of(req).to_owned(),
-        fingerprint: fingerprint(&svc.settings, profile_of(req)),
-        media_type: done.media_type,
-        source: done.source.clone(),
-        outputs: done.outputs.clone(),
-        analysis: done.analysis.clone(),
-        warnings: done.warnings.clone(),
-    };
     let path = scratch.join(MANIFEST);
-    let json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
+    let json = serde_json::to_vec_pretty(manifest).expect("manifest serialises");
     tokio::fs::write(&path, json).await?;
-    let bucket = &svc.settings.storage.output_bucket;
-    let key = key(&req.user_id, done.media_type, &req.media_id, MANIFEST);
+    let key = key(&req.user_id, manifest.media_type, &req.media_id, MANIFEST);
     let meta = ObjectMeta {
         content_type: "application/json",
         // Replaced when the source or profile changes: not immutable like the outputs.
         cache_control: "no-cache",
     };
-    svc.storage.upload(bucket, &key, &path, &meta).await
+    storage.upload(bucket, &key, &path, &meta).await
 }
 
 #[cfg(test)]

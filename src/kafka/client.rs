@@ -1,0 +1,61 @@
+//! librdkafka client settings: ours first, then every `[kafka.properties]` /
+//! `KAFKA_PROPERTY_*` entry, so an operator can override anything.
+
+use rdkafka::ClientConfig;
+
+use crate::config::KafkaSettings;
+
+/// Our defaults first, then every `[kafka.properties]` / `KAFKA_PROPERTY_*` entry, so an
+/// operator can override anything.
+fn client_config(settings: &KafkaSettings, defaults: &[(&str, &str)]) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &settings.bootstrap_servers);
+    for (k, v) in defaults {
+        c.set(*k, *v);
+    }
+    for (k, v) in &settings.properties {
+        c.set(k, v.to_string());
+    }
+    c
+}
+
+pub fn consumer_config(settings: &KafkaSettings) -> ClientConfig {
+    let mut c = client_config(
+        settings,
+        &[
+            ("group.id", settings.group_id.as_str()),
+            // Offsets are committed by us, only for finished work (see offsets.rs).
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("auto.offset.reset", "earliest"),
+            ("partition.assignment.strategy", "cooperative-sticky"),
+            // Prefetch per partition (the consumer reads its partitions' queues only below
+            // MAX_IN_FLIGHT, see consumer.rs): enough to keep the pool fed, small enough that
+            // a deep backlog costs little memory.
+            ("queued.min.messages", "1000"),
+            ("queued.max.messages.kbytes", "16384"),
+            // Consumer lag per partition for /metrics (see consumer.rs).
+            ("statistics.interval.ms", "5000"),
+        ],
+    );
+    if let Some(id) = &settings.group_instance_id {
+        c.set("group.instance.id", id);
+    }
+    c
+}
+
+pub fn producer_config(settings: &KafkaSettings) -> ClientConfig {
+    client_config(
+        settings,
+        &[
+            ("enable.idempotence", "true"),
+            ("acks", "all"),
+            // A response is one small message per job; waiting to batch it only delays the
+            // job's end (and its offset). Concurrent responses still share requests.
+            ("linger.ms", "0"),
+            // One publish attempt ends within 30 s (librdkafka's default is 5 min); the
+            // publisher retries with backoff, then dead-letters.
+            ("message.timeout.ms", "30000"),
+        ],
+    )
+}

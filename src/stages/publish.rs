@@ -1,0 +1,60 @@
+//! Stage 7: the response onto the response topic, keyed by `media_id` (or by where the request
+//! came from, when it carried no usable one), in a producer span that continues the job's trace.
+//! Retries, dead letters and holding the offset are the publisher's (`kafka::producer`).
+
+use std::time::Instant;
+
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::contract::{OptimizeResponse, Stage};
+use crate::kafka::producer::{Outgoing, PublishAbandoned};
+use crate::kafka::{Delivery, Publisher};
+use crate::telemetry::{Metrics, traces};
+
+use super::validate;
+
+/// The record key of the response to the request in `d`.
+pub fn key(response: &OptimizeResponse, d: &Delivery) -> String {
+    response
+        .media_id
+        .clone()
+        .filter(|m| validate::is_valid_id(m))
+        .unwrap_or_else(|| format!("{}-{}-{}", d.topic, d.partition, d.offset))
+}
+
+/// Publishes `response` (the answer to `d`) on `topic`; `give_up` ends the attempts when the job
+/// is abandoned at shutdown.
+pub async fn run(
+    publisher: &Publisher,
+    metrics: &Metrics,
+    topic: &str,
+    response: &OptimizeResponse,
+    d: &Delivery,
+    give_up: &CancellationToken,
+) -> Result<(), PublishAbandoned> {
+    let key = key(response, d);
+    let payload = serde_json::to_vec(response).expect("response serialises");
+    let span = tracing::info_span!(
+        "kafka.send_processing_result",
+        otel.kind = "producer",
+        messaging.system = "kafka",
+        messaging.operation = "publish",
+        messaging.destination.name = %topic,
+        messaging.kafka.message.key = %key,
+    );
+    let traceparent = traces::traceparent_of(&span);
+    let started = Instant::now();
+    let out = Outgoing {
+        key: &key,
+        payload: &payload,
+        traceparent: traceparent.as_deref(),
+        request: d.payload.as_deref(),
+        source_topic: &d.topic,
+        source_partition: d.partition,
+        source_offset: d.offset,
+    };
+    publisher.publish(&out, give_up).instrument(span).await?;
+    metrics.observe_stage(Stage::Publish, started.elapsed());
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! The `run` command's engine: poll → spawn → drain. Consumer deliveries become message tasks
+//! ([`task`]: validate, run the job, publish, ack); the stop sequence is [`Shutdown`]'s.
+
+mod task;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+use tokio_util::task::TaskTracker;
+
+use crate::job::{JobRunner, Services};
+use crate::kafka::{KafkaSource, Publisher};
+use crate::shutdown::Shutdown;
+use crate::telemetry::Health;
+use crate::telemetry::health::watch_storage;
+use crate::telemetry::http::{self, HttpState};
+use task::Ctx;
+
+/// How a `run` ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Every in-flight job finished and was committed.
+    Drained,
+    /// Jobs were abandoned at the shutdown deadline (they will be redelivered).
+    Abandoned(usize),
+}
+
+/// Runs the worker until `shutdown` drains, then stops as `Shutdown` documents. `bound`
+/// receives the HTTP address.
+pub async fn run(
+    svc: Services,
+    shutdown: Shutdown,
+    bound: Option<oneshot::Sender<SocketAddr>>,
+) -> anyhow::Result<Exit> {
+    let settings = svc.settings.clone();
+    let health = Arc::new(Health::new(settings.worker.min_scratch_free_bytes));
+    let state = HttpState {
+        metrics: svc.metrics.clone(),
+        registry: svc.registry.clone(),
+        health: health.clone(),
+        scratch_dir: settings.worker.tmp_dir.clone(),
+    };
+    let addr = http::serve(settings.http.addr, state, shutdown.finished()).await?;
+    tracing::info!(%addr, pool = settings.pool_size(), "http listening");
+    if let Some(tx) = bound {
+        let _ = tx.send(addr);
+    }
+
+    let (source, acker, mut deliveries) =
+        KafkaSource::start(&settings, svc.metrics.clone(), health.clone())?;
+    tokio::spawn(watch_storage(
+        svc.storage.clone(),
+        settings.storage.output_bucket.clone(),
+        Duration::from_secs(settings.storage.probe_interval_secs),
+        health.clone(),
+        shutdown.finished(),
+    ));
+    let publisher = Publisher::new(&settings.kafka, svc.metrics.clone(), health.clone())?;
+    let ctx = Arc::new(Ctx {
+        runner: JobRunner::new(svc.clone(), shutdown.clone()),
+        publisher,
+        acker,
+        shutdown: shutdown.clone(),
+    });
+    let tasks = TaskTracker::new();
+    health.set_consuming(true);
+    tracing::info!(topic = %settings.kafka.request_topic, "consuming");
+
+    // Poll → spawn.
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.draining() => break,
+            d = deliveries.recv() => match d {
+                Some(d) => { tasks.spawn(task::handle(d, ctx.clone())); }
+                None => { tracing::error!("consumer stopped"); break; }
+            },
+        }
+    }
+
+    // Drain: not ready, no new messages, in-flight jobs finish and publish.
+    shutdown.drain();
+    let deadline = Instant::now() + settings.shutdown_timeout();
+    health.set_consuming(false);
+    source.stop_fetching();
+    tasks.close();
+    // Keep a little of the budget for the final commit, leaving the group and flushing.
+    let reserve = (settings.shutdown_timeout() / 5).min(Duration::from_secs(3));
+    tracing::info!(in_flight = svc.registry.len(), "draining");
+    let drained = tokio::time::timeout_at((deadline - reserve).into(), tasks.wait())
+        .await
+        .is_ok();
+    let exit = if drained {
+        Exit::Drained
+    } else {
+        let left = svc.registry.len();
+        tracing::error!(
+            abandoned = left,
+            "shutdown deadline reached, abandoning jobs"
+        );
+        shutdown.abandon();
+        // Cancelled tokens stop ffmpeg on its next check; kill now, so none outlives the worker.
+        let killed = ctx.runner.kill_native();
+        if killed > 0 {
+            tracing::warn!(killed, "ffmpeg processes killed");
+        }
+        Exit::Abandoned(left)
+    };
+    tokio::task::spawn_blocking(move || source.close()).await?;
+    ctx.publisher.flush(
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(100)),
+    );
+    shutdown.finish();
+    tracing::info!(?exit, "worker stopped");
+    Ok(exit)
+}

@@ -1,0 +1,104 @@
+//! One message, start to finish: validate → run the job → publish → ack. The offset is acked
+//! only once the response is published; an abandoned job is neither published nor acked.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tracing::Instrument;
+
+use crate::contract::{OptimizeResponse, Stage};
+use crate::job::{JobRunner, response};
+use crate::kafka::{Acker, Delivery, Publisher};
+use crate::shutdown::Shutdown;
+use crate::stages::{publish, validate};
+use crate::telemetry::traces;
+
+/// Everything a message task needs.
+pub(super) struct Ctx {
+    pub runner: JobRunner,
+    pub publisher: Publisher,
+    pub acker: Acker,
+    pub shutdown: Shutdown,
+}
+
+/// The message in its `media.process_event` span (which continues the producer's trace).
+pub(super) async fn handle(d: Delivery, ctx: Arc<Ctx>) {
+    let span = tracing::info_span!(
+        "media.process_event",
+        otel.kind = "consumer",
+        messaging.system = "kafka",
+        messaging.operation = "process",
+        messaging.destination.name = %d.topic,
+        messaging.kafka.destination.partition = d.partition,
+        messaging.kafka.message.offset = d.offset,
+        event.s3_key = tracing::field::Empty,
+        "media.type" = tracing::field::Empty,
+        job.retry_count = tracing::field::Empty,
+        processing.success = tracing::field::Empty,
+        error.code = tracing::field::Empty,
+    );
+    traces::continue_trace(&span, d.traceparent.as_deref());
+    handle_in_span(d, ctx, span.clone()).instrument(span).await
+}
+
+async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
+    let svc = ctx.runner.services();
+    let started = Instant::now();
+    let (response, job) = match validate::parse(d.payload.as_deref(), &svc.settings) {
+        Ok(req) => {
+            span.record("event.s3_key", req.source.key.as_str());
+            let job = svc.registry.start(&req.request_id, &req.media_id);
+            let r = tokio::select! {
+                r = ctx.runner.run(&req, &job) => r,
+                _ = ctx.shutdown.abandoned() => return,
+            };
+            (r, Some(job))
+        }
+        Err(invalid) => {
+            tracing::warn!(partition = d.partition, offset = d.offset, reason = %invalid.reason, "invalid request");
+            (response::for_invalid(&svc.worker, &invalid, started), None)
+        }
+    };
+    svc.metrics.observe_response(&response, started.elapsed());
+    log_outcome(&response, &d);
+    record_in_span(&span, &response);
+    if let Some(job) = &job {
+        job.stage(Stage::Publish);
+    }
+    let topic = &svc.settings.kafka.response_topic;
+    let give_up = ctx.shutdown.job();
+    match publish::run(&ctx.publisher, &svc.metrics, topic, &response, &d, &give_up).await {
+        Ok(()) => ctx.acker.finished(d.token),
+        Err(e) => tracing::error!(error = %e, partition = d.partition, offset = d.offset,
+            "response not published; offset held for redelivery"),
+    }
+}
+
+fn record_in_span(span: &tracing::Span, r: &OptimizeResponse) {
+    if let Some(m) = r.media_type {
+        span.record("media.type", m.as_str());
+    }
+    span.record("job.retry_count", i64::from(r.attempts.saturating_sub(1)));
+    span.record("processing.success", r.success);
+    if let Some(e) = &r.error {
+        span.record("error.code", e.code.as_str());
+    }
+}
+
+/// The one log line per job outcome.
+fn log_outcome(r: &OptimizeResponse, d: &Delivery) {
+    tracing::info!(
+        request_id = r.request_id.as_deref().unwrap_or(""),
+        media_id = r.media_id.as_deref().unwrap_or(""),
+        partition = d.partition,
+        offset = d.offset,
+        status = r.status.as_str(),
+        error_code = r.error.as_ref().map_or("", |e| e.code.as_str()),
+        stage = r.error.as_ref().map_or("", |e| e.stage.as_str()),
+        attempts = r.attempts,
+        outputs = r.outputs.len(),
+        replayed = r.replayed,
+        duration_ms = r.duration_ms,
+        "job finished"
+    );
+}
