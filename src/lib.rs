@@ -1,9 +1,14 @@
 //! media-worker: Kafka optimize-request → S3 → libvips variants → S3 → Kafka response.
 //!
-//! The pipeline, one module per stage: `stages::validate` → `stages::download` →
-//! `media::probe` → `media::analyze` → `media::transform` → `stages::upload` →
-//! `kafka::producer` (publish). `job` holds the lifecycle and the runner, `kafka` the consumer
-//! mechanics, `storage` the object store interface, `telemetry` metrics, logs and HTTP.
+//! The pipeline, one named place per stage: `stages::validate` → `stages::download` →
+//! `media::probe` → `media::analyze` → `media::transform` (through `media::image` or
+//! `media::video`) → `stages::upload` → `stages::manifest` → `stages::publish`.
+//!
+//! `job` runs one request through the stages (attempts, retries, the response); `worker` is
+//! poll → spawn → drain, stopped by `shutdown`'s sequence; `kafka` holds the consumer and
+//! producer mechanics, `storage` the object store interface, `telemetry` metrics, logs and
+//! HTTP, `config` loading and validation. `contract` is the event types, with the
+//! `contract::vocabulary` every module may use at the bottom; nothing imports upwards.
 
 pub mod cli;
 pub mod commands;

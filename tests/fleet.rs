@@ -415,19 +415,11 @@ fn completions(logs: &[Vec<Line>]) -> Vec<Completion> {
         .collect()
 }
 
-/// The partition numbers in a `partitions assigned|revoked` line.
-fn partitions_of(fields: &serde_json::Value) -> Vec<i64> {
-    let text = fields["partitions"].as_str().unwrap_or_default();
-    text.split(&['(', ')'][..])
-        .filter_map(|t| t.rsplit(',').next()?.trim().parse().ok())
-        .collect()
-}
-
 /// (partition, from, to)
 type Span = (i64, String, String);
 
 /// Times when the broker had given a partition to two workers at once: for each partition, the
-/// overlaps of the workers' ownership (from `partitions assigned` to `partitions revoked`, or
+/// overlaps of the workers' ownership (from `partition assigned` to `partition revoked`, or
 /// the worker's last line when it was killed). A correct group coordinator never does this (a
 /// partition moves only after its owner revoked it); tansu 0.6 does when members join, and
 /// then both owners process the same messages until the old one rejoins.
@@ -439,19 +431,19 @@ fn double_ownership(logs: &[Vec<Line>]) -> Vec<Span> {
             let mut open: HashMap<i64, String> = HashMap::new();
             let mut mine = Vec::new();
             for l in log {
-                let message = l.fields["message"].as_str();
-                for p in partitions_of(&l.fields) {
-                    match message {
-                        Some("partitions assigned") => {
-                            open.entry(p).or_insert_with(|| l.at.clone());
-                        }
-                        Some("partitions revoked") => {
-                            if let Some(from) = open.remove(&p) {
-                                mine.push((p, from, l.at.clone()));
-                            }
-                        }
-                        _ => {}
+                let Some(p) = l.fields["partition"].as_i64() else {
+                    continue;
+                };
+                match l.fields["message"].as_str() {
+                    Some("partition assigned") => {
+                        open.entry(p).or_insert_with(|| l.at.clone());
                     }
+                    Some("partition revoked") => {
+                        if let Some(from) = open.remove(&p) {
+                            mine.push((p, from, l.at.clone()));
+                        }
+                    }
+                    _ => {}
                 }
             }
             mine.extend(open.into_iter().map(|(p, from)| (p, from, end.clone())));

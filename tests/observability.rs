@@ -57,7 +57,7 @@ async fn counters_move_by_exactly_the_responses_seen() {
     let got = responses.take(files.len() + 1, 2 * MINUTE);
     let mut seen: BTreeMap<(String, String), f64> = BTreeMap::new();
     for r in &got {
-        let outcome = format!("{:?}", r.body.status).to_lowercase();
+        let outcome = r.body.status.as_str().to_owned();
         let code = r
             .body
             .error

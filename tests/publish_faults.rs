@@ -2,6 +2,8 @@
 //! published is dead-lettered; when the dead-letter topic fails too the message is held and
 //! the worker is not ready until it goes through; a fatal producer error replaces the producer.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -149,15 +151,12 @@ async fn when_nothing_can_be_published_the_worker_is_not_ready_until_it_can() {
     let g = give_up.clone();
     let task = tokio::spawn(async move { publisher.publish(&outgoing(), &g).await });
     let scratch = f._scratch.path().to_owned();
-    let mut unready = false;
-    for _ in 0..300 {
-        if !f.health.readiness(&scratch).publishing {
-            unready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(unready, "not ready while the message is stuck");
+    common::wait_until(
+        "not ready while the message is stuck",
+        Duration::from_secs(15),
+        || (!f.health.readiness(&scratch).publishing).then_some(()),
+    )
+    .await;
     assert!(!task.is_finished(), "still holding the message");
     // The broker lets us write again: the held response goes out.
     f.cluster

@@ -1,10 +1,12 @@
 //! The span tree of a job, exported to OpenTelemetry's in-memory exporter: the real worker
 //! in-process (consumer, runner, publisher) against rdkafka's MockCluster and a local store.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use media_worker::config::Settings;
 use media_worker::contract::OptimizeRequest;
@@ -126,8 +128,7 @@ async fn a_job_is_one_span_tree_that_continues_the_producers_trace() {
         .unwrap();
     reader.subscribe(&[responses.as_str()]).unwrap();
     let mut sent: HashMap<String, String> = HashMap::new();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while sent.len() < 2 && Instant::now() < deadline {
+    let sent = common::wait_for("both responses published", Duration::from_secs(120), || {
         let polled = tokio::task::block_in_place(|| reader.poll(Duration::from_millis(200)));
         if let Some(Ok(m)) = polled {
             let key = String::from_utf8_lossy(m.key().unwrap()).into_owned();
@@ -139,8 +140,8 @@ async fn a_job_is_one_span_tree_that_continues_the_producers_trace() {
                 .expect("the response carries a traceparent");
             sent.insert(key, tp);
         }
-    }
-    assert_eq!(sent.len(), 2, "both responses published");
+        (sent.len() == 2).then(|| sent.clone())
+    });
     stop.drain();
     running.await.unwrap().unwrap();
     provider.force_flush().unwrap();

@@ -74,7 +74,7 @@ impl JobRunner {
 
     async fn run_attempts(&self, req: &OptimizeRequest, job: &JobHandle) -> OptimizeResponse {
         let started = Instant::now();
-        // A redelivered or repeated request whose result is stored: answered from it.
+        // A redelivered or repeated request whose result is stored: replayed from the manifest.
         job.stage(Stage::Download);
         let svc = &self.svc;
         let (bucket, profile) = (
@@ -85,7 +85,7 @@ impl JobRunner {
         let stored = manifest::lookup(&*svc.storage, bucket, &fingerprint, req).await;
         if let Some(done) = stored.map(|m| replayed(m, req)) {
             self.svc.metrics.replays.inc();
-            tracing::info!(job = job.id(), "answered from the stored manifest");
+            tracing::info!(job = job.id(), "replayed from the manifest");
             return response::for_request(&self.svc.worker, req, Ending::Done(done), 1, started);
         }
         let settings = &self.svc.settings;

@@ -14,9 +14,10 @@
 //!   results, errors, statistics) is served on every turn, so the member stays in the group
 //!   and `max.poll.interval.ms` never expires, however long the jobs take. librdkafka keeps
 //!   prefetching into the partition queues up to `queued.min.messages` /
-//!   `queued.max.messages.kbytes` each. If the bound holds for [`PAUSE_AFTER`] (the pool is
-//!   busy with long jobs) the partitions are paused as well, which drops that prefetch and
-//!   stops fetching; they resume once half the bound is free. Pausing is not the first
+//!   `queued.max.messages.kbytes` each. If the bound holds for
+//!   [`PAUSE_AFTER`](super::flow::PAUSE_AFTER) (the pool is busy with long jobs) the partitions
+//!   are paused as well, which drops that prefetch and stops fetching; they resume once half
+//!   the bound is free ([`Flow`] decides). Pausing is not the first
 //!   reaction because librdkafka discards the prefetch on pause and takes about half a second
 //!   to fetch again after resume, which would cap short jobs at `max_in_flight` per cycle.
 //! - The loop sleeps on its command channel: acks, shutdown commands and librdkafka's
@@ -41,14 +42,13 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{ClientContext, Offset, Statistics, TopicPartitionList};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
+use super::flow::Flow;
 use super::offsets::{OffsetToken, OffsetTracker, Tp};
 use crate::config::Settings;
 use crate::telemetry::{Health, Metrics};
 
 /// The longest the loop sleeps without anything waking it (a safety net for missed wakes).
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
-/// How long the in-flight bound must hold before the partitions are paused.
-const PAUSE_AFTER: Duration = Duration::from_secs(1);
 /// Consumer-queue events served per turn of the loop.
 const EVENTS_PER_TURN: usize = 4;
 
@@ -278,7 +278,15 @@ impl SourceContext {
             st.tracker.revoke(tp);
         }
         st.reassigned = true;
-        tracing::info!(partitions = ?revoked, still_running = abandoned, "partitions revoked");
+        // One line per partition, with typed fields (the fleet tests read ownership from them).
+        for (topic, partition) in &revoked {
+            tracing::info!(
+                topic,
+                partition,
+                still_running = abandoned,
+                "partition revoked"
+            );
+        }
     }
 
     fn on_assign(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
@@ -295,7 +303,9 @@ impl SourceContext {
         if let Ok(a) = consumer.assignment() {
             self.metrics.assigned_partitions.set(a.count() as i64);
         }
-        tracing::info!(partitions = ?assigned, "partitions assigned");
+        for (topic, partition) in &assigned {
+            tracing::info!(topic, partition, "partition assigned");
+        }
     }
 }
 
@@ -442,11 +452,8 @@ fn poll_loop(
 ) {
     let ctx = consumer.context().clone();
     let out = Dispatcher { events };
-    let resume_at = cfg.max_in_flight / 2;
     let mut queues: Queues = Vec::new();
-    let mut saturated_since: Option<Instant> = None;
-    let mut last_commit = Instant::now();
-    let mut next_queue = 0;
+    let mut flow = Flow::new(cfg.max_in_flight, cfg.commit_interval, Instant::now());
     loop {
         // Serve the consumer's queue: rebalances run their callbacks in here. A message can
         // arrive here only if it was fetched before its partition's queue was split.
@@ -457,7 +464,7 @@ fn poll_loop(
                 None => break,
             }
         }
-        let in_flight = {
+        let turn = {
             let mut st = ctx.state.lock().unwrap();
             SourceContext::drain_commands(&mut st);
             if st.closing {
@@ -468,32 +475,20 @@ fn poll_loop(
                 queues = split_queues(&consumer, assigned, &wake);
             }
             let in_flight = st.tracker.in_flight();
-            if in_flight < cfg.max_in_flight {
-                saturated_since = None;
-            } else {
-                saturated_since.get_or_insert_with(Instant::now);
-            }
-            let stuck = saturated_since.is_some_and(|t| t.elapsed() >= PAUSE_AFTER);
-            let pause = st.stopping || stuck;
-            if pause != st.paused && (pause || in_flight <= resume_at) {
+            let turn = flow.turn(Instant::now(), in_flight, st.stopping, st.paused);
+            if let Some(pause) = turn.pause {
                 ctx.pause(&consumer, &mut st, pause);
             }
-            if last_commit.elapsed() >= cfg.commit_interval {
+            if turn.commit {
                 ctx.commit(&consumer, &mut st, None, CommitMode::Async);
-                last_commit = Instant::now();
             }
-            if st.stopping || st.paused {
-                cfg.max_in_flight
-            } else {
-                in_flight
-            }
+            turn
         };
         // Take messages round-robin over the partitions, up to the bound.
-        let mut room = cfg.max_in_flight.saturating_sub(in_flight);
+        let mut room = turn.room;
         let mut idle = 0;
         while room > 0 && idle < queues.len() {
-            next_queue = (next_queue + 1) % queues.len();
-            match queues[next_queue].1.poll(Duration::ZERO) {
+            match queues[flow.next_queue(queues.len())].1.poll(Duration::ZERO) {
                 Some(Ok(m)) => {
                     out.dispatch(&ctx, &m);
                     room -= 1;

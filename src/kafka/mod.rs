@@ -1,9 +1,10 @@
 //! Kafka mechanics: the consumer's poll loop, offsets and rebalances ([`consumer`]), the offset
-//! rule ([`offsets`]), the response producer ([`producer`]) and the client settings
+//! rule ([`offsets`]), the intake decisions ([`flow`]), the response producer ([`producer`]) and the client settings
 //! ([`client`]). Nothing here touches pixels.
 
 pub mod client;
 pub mod consumer;
+pub mod flow;
 pub mod offsets;
 pub mod producer;
 

@@ -1,5 +1,5 @@
-//! The manifest: the redelivery short-circuit. After every output of a job is uploaded, `manifest.json` is
-//! written last next to them: what the response said, for which source version (its ETag) and
+//! The manifest, and replay. After every output of a job is uploaded, `manifest.json` is written
+//! last next to them: what the response said, for which source version (its ETag) and
 //! which profile (a fingerprint of every setting that shapes the outputs). A later request for
 //! the same media whose source ETag and fingerprint match is answered from the manifest
 //! (`"replayed": true`) without downloading or transforming anything. Because the manifest is

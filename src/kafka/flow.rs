@@ -1,0 +1,164 @@
+//! The poll thread's intake decisions, free of librdkafka so that they can be unit-tested:
+//! whether the assigned partitions should be paused or resumed, whether the periodic commit is
+//! due, how many messages may be taken this turn, and from which partition queue next (see the
+//! protocol in `consumer`).
+
+use std::time::{Duration, Instant};
+
+/// How long the in-flight bound must hold before the partitions are paused.
+pub const PAUSE_AFTER: Duration = Duration::from_secs(1);
+
+/// The intake state of one consumer.
+#[derive(Debug)]
+pub struct Flow {
+    max_in_flight: usize,
+    commit_interval: Duration,
+    /// Since when `max_in_flight` messages have been unfinished.
+    saturated_since: Option<Instant>,
+    last_commit: Instant,
+    next_queue: usize,
+}
+
+/// What one turn of the poll loop does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Turn {
+    /// Pause (`Some(true)`) or resume (`Some(false)`) the assigned partitions.
+    pub pause: Option<bool>,
+    /// Commit the finished offsets now.
+    pub commit: bool,
+    /// How many messages may be taken from the partition queues.
+    pub room: usize,
+}
+
+impl Flow {
+    pub fn new(max_in_flight: usize, commit_interval: Duration, now: Instant) -> Flow {
+        Flow {
+            max_in_flight,
+            commit_interval,
+            saturated_since: None,
+            last_commit: now,
+            next_queue: 0,
+        }
+    }
+
+    /// The decisions at `now`, with `in_flight` messages unfinished. `stopping`: fetching was
+    /// stopped for shutdown; `paused`: the partitions are paused now.
+    ///
+    /// The partitions pause once the bound has held for [`PAUSE_AFTER`] (or when stopping),
+    /// and resume only once half the bound is free: pausing drops librdkafka's prefetch, so it
+    /// is kept for pools busy with long jobs.
+    pub fn turn(&mut self, now: Instant, in_flight: usize, stopping: bool, paused: bool) -> Turn {
+        if in_flight < self.max_in_flight {
+            self.saturated_since = None;
+        } else {
+            self.saturated_since.get_or_insert(now);
+        }
+        let stuck = self
+            .saturated_since
+            .is_some_and(|t| now.duration_since(t) >= PAUSE_AFTER);
+        let want = stopping || stuck;
+        let pause =
+            (want != paused && (want || in_flight <= self.max_in_flight / 2)).then_some(want);
+        let commit = now.duration_since(self.last_commit) >= self.commit_interval;
+        if commit {
+            self.last_commit = now;
+        }
+        let room = if stopping || pause.unwrap_or(paused) {
+            0
+        } else {
+            self.max_in_flight.saturating_sub(in_flight)
+        };
+        Turn {
+            pause,
+            commit,
+            room,
+        }
+    }
+
+    /// The partition queue to poll next, round-robin over `queues` (> 0). After a rebalance
+    /// the list may be shorter: the index wraps.
+    pub fn next_queue(&mut self, queues: usize) -> usize {
+        self.next_queue = (self.next_queue + 1) % queues;
+        self.next_queue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COMMIT: Duration = Duration::from_secs(1);
+
+    fn at(t0: Instant, ms: u64) -> Instant {
+        t0 + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn the_bound_stops_intake_at_once_and_pauses_only_if_it_holds() {
+        let t0 = Instant::now();
+        let mut f = Flow::new(4, COMMIT, t0);
+        let free = f.turn(t0, 1, false, false);
+        assert_eq!((free.pause, free.room), (None, 3));
+        // At the bound: nothing taken, not paused yet (the prefetch is kept).
+        let full = f.turn(at(t0, 10), 4, false, false);
+        assert_eq!((full.pause, full.room), (None, 0));
+        let still = f.turn(at(t0, 900), 4, false, false);
+        assert_eq!((still.pause, still.room), (None, 0));
+        // Held for PAUSE_AFTER: paused.
+        let stuck = f.turn(at(t0, 1010), 4, false, false);
+        assert_eq!((stuck.pause, stuck.room), (Some(true), 0));
+        // A dip below the bound restarts the clock.
+        let mut f = Flow::new(4, COMMIT, t0);
+        f.turn(t0, 4, false, false);
+        f.turn(at(t0, 600), 3, false, false);
+        assert_eq!(f.turn(at(t0, 1100), 4, false, false).pause, None);
+    }
+
+    #[test]
+    fn paused_partitions_resume_once_half_the_bound_is_free() {
+        let t0 = Instant::now();
+        let mut f = Flow::new(4, COMMIT, t0);
+        f.turn(t0, 4, false, false);
+        assert_eq!(f.turn(at(t0, 1000), 4, false, false).pause, Some(true));
+        // One finished: still paused, nothing taken.
+        let one = f.turn(at(t0, 1100), 3, false, true);
+        assert_eq!((one.pause, one.room), (None, 0));
+        // Half free: resumed, and the room is taken in the same turn.
+        let half = f.turn(at(t0, 1200), 2, false, true);
+        assert_eq!((half.pause, half.room), (Some(false), 2));
+    }
+
+    #[test]
+    fn stopping_pauses_and_takes_nothing_whatever_the_count() {
+        let t0 = Instant::now();
+        let mut f = Flow::new(4, COMMIT, t0);
+        let stop = f.turn(t0, 0, true, false);
+        assert_eq!((stop.pause, stop.room), (Some(true), 0));
+        let after = f.turn(at(t0, 10), 0, true, true);
+        assert_eq!((after.pause, after.room), (None, 0));
+    }
+
+    #[test]
+    fn commits_come_once_per_interval() {
+        let t0 = Instant::now();
+        let mut f = Flow::new(4, COMMIT, t0);
+        assert!(!f.turn(at(t0, 500), 0, false, false).commit);
+        assert!(f.turn(at(t0, 1000), 0, false, false).commit);
+        assert!(!f.turn(at(t0, 1500), 0, false, false).commit);
+        assert!(f.turn(at(t0, 2000), 0, false, false).commit);
+    }
+
+    #[test]
+    fn queues_are_served_in_turn_and_a_shorter_list_after_a_revoke_wraps() {
+        let mut f = Flow::new(4, COMMIT, Instant::now());
+        let order: Vec<usize> = (0..6).map(|_| f.next_queue(3)).collect();
+        assert_eq!(order, [1, 2, 0, 1, 2, 0]);
+        // Two of four partitions revoked while the index pointed at the last one.
+        let mut f = Flow::new(4, COMMIT, Instant::now());
+        for _ in 0..3 {
+            f.next_queue(4);
+        }
+        let after: Vec<usize> = (0..4).map(|_| f.next_queue(2)).collect();
+        assert_eq!(after, [0, 1, 0, 1]);
+    }
+}

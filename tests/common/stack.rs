@@ -1,0 +1,209 @@
+//! A broker and an S3 server together, with the buckets and topics a test needs.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use aws_sdk_s3::Client as S3Client;
+use media_worker::contract::OptimizeRequest;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::util::Timeout;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::broker::close_within;
+use super::*;
+
+/// A broker, an S3 server with the source and output buckets, and unique topic names.
+pub struct Stack {
+    pub broker: Broker,
+    pub s3: S3,
+    pub s3c: S3Client,
+    pub request_topic: String,
+    pub response_topic: String,
+}
+
+impl Stack {
+    pub async fn start(request_partitions: u32) -> Stack {
+        let broker = Broker::start();
+        let s3 = S3::start();
+        let s3c = s3.client().await;
+        for b in [SOURCE_BUCKET, OUTPUT_BUCKET] {
+            s3c.create_bucket().bucket(b).send().await.unwrap();
+        }
+        let request_topic = "media.optimize.request".to_owned();
+        let response_topic = "media.optimize.response".to_owned();
+        broker.create_topic(&request_topic, request_partitions);
+        broker.create_topic(&response_topic, 1);
+        Stack {
+            broker,
+            s3,
+            s3c,
+            request_topic,
+            response_topic,
+        }
+    }
+
+    /// Uploads a corpus file as `uploads/{name}`.
+    pub async fn upload_corpus(&self, name: &str) {
+        self.upload_file(name, &corpus(name)).await;
+    }
+
+    /// Uploads a file as `uploads/{key}`.
+    pub async fn upload_file(&self, key: &str, path: &Path) {
+        let body = aws_sdk_s3::primitives::ByteStream::from_path(path)
+            .await
+            .unwrap();
+        self.s3c
+            .put_object()
+            .bucket(SOURCE_BUCKET)
+            .key(key)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+
+    pub async fn get(&self, bucket: &str, key: &str) -> (Vec<u8>, Option<String>, Option<String>) {
+        let o = self
+            .s3c
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+        let ct = o.content_type().map(str::to_owned);
+        let cc = o.cache_control().map(str::to_owned);
+        (
+            o.body.collect().await.unwrap().into_bytes().to_vec(),
+            ct,
+            cc,
+        )
+    }
+
+    pub fn worker_env(&self, group: &str) -> HashMap<String, String> {
+        let mut env = HashMap::new();
+        let mut set = |k: &str, v: &str| {
+            env.insert(k.to_owned(), v.to_owned());
+        };
+        set("KAFKA_BOOTSTRAP_SERVERS", &self.broker.bootstrap());
+        set("KAFKA_GROUP_ID", group);
+        set("KAFKA_REQUEST_TOPIC", &self.request_topic);
+        set("KAFKA_RESPONSE_TOPIC", &self.response_topic);
+        set("KAFKA_PROPERTY_SESSION_TIMEOUT_MS", "6000");
+        set("KAFKA_PROPERTY_MAX_POLL_INTERVAL_MS", "20000");
+        // A third of the session timeout: at librdkafka's default (3 s, half of it) tansu
+        // rebalances the group every few seconds, with 3 members even when idle.
+        set("KAFKA_PROPERTY_HEARTBEAT_INTERVAL_MS", "2000");
+        set("KAFKA_COMMIT_INTERVAL_MS", "200");
+        set("AWS_ENDPOINT_URL_S3", &self.s3.endpoint());
+        set("AWS_ACCESS_KEY_ID", ACCESS_KEY);
+        set("AWS_SECRET_ACCESS_KEY", SECRET_KEY);
+        set("AWS_REGION", "us-east-1");
+        set("S3_FORCE_PATH_STYLE", "true");
+        set("S3_TIMEOUT_SECS", "5");
+        set("OUTPUT_BUCKET", OUTPUT_BUCKET);
+        set("RETRY_BASE_MS", "50");
+        set("RUST_LOG", "info,librdkafka=warn,rdkafka=warn");
+        env
+    }
+
+    pub fn producer(&self) -> FutureProducer {
+        ClientConfig::new()
+            .set("bootstrap.servers", self.broker.bootstrap())
+            .create()
+            .unwrap()
+    }
+
+    pub async fn send_raw(&self, key: &str, payload: &[u8], traceparent: Option<&str>) {
+        let mut headers = OwnedHeaders::new();
+        if let Some(tp) = traceparent {
+            headers = headers.insert(Header {
+                key: "traceparent",
+                value: Some(tp),
+            });
+        }
+        let record = FutureRecord::to(&self.request_topic)
+            .key(key)
+            .payload(payload)
+            .headers(headers);
+        self.producer()
+            .send(record, Timeout::After(Duration::from_secs(30)))
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+
+    pub async fn send(&self, req: &OptimizeRequest) {
+        self.send_raw(&req.media_id, &serde_json::to_vec(req).unwrap(), None)
+            .await;
+    }
+
+    /// Sends many requests through one producer.
+    pub async fn send_all(&self, reqs: &[OptimizeRequest]) {
+        produce_all(&self.producer(), &self.request_topic, reqs).await;
+    }
+
+    /// How many responses the (single-partition) response topic holds: its high watermark.
+    pub fn response_count(&self) -> i64 {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.broker.bootstrap())
+            .create()
+            .unwrap();
+        let (_, high) = c
+            .fetch_watermarks(&self.response_topic, 0, Duration::from_secs(10))
+            .unwrap();
+        high
+    }
+
+    /// Reads the response topic from the start.
+    pub fn responses(&self) -> Responses {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.broker.bootstrap())
+            .set("group.id", format!("reader-{}", fastrand::u64(..)))
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        c.subscribe(&[self.response_topic.as_str()]).unwrap();
+        Responses { consumer: Some(c) }
+    }
+
+    /// The group's committed offset for each partition of the request topic (-1: none).
+    pub fn committed(&self, group: &str, partitions: i32) -> Vec<i64> {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.broker.bootstrap())
+            .set("group.id", group)
+            .create()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(&self.request_topic, p);
+        }
+        let got = c.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
+        close_within(c, "offset reader");
+        (0..partitions)
+            .map(|p| {
+                match got
+                    .find_partition(&self.request_topic, p)
+                    .map(|e| e.offset())
+                {
+                    Some(Offset::Offset(o)) => o,
+                    _ => -1,
+                }
+            })
+            .collect()
+    }
+}
+
+pub fn request(media_id: &str, source_key: &str) -> OptimizeRequest {
+    OptimizeRequest::new(
+        format!("req-{media_id}"),
+        media_id.to_owned(),
+        "user-1",
+        SOURCE_BUCKET,
+        source_key.to_owned(),
+    )
+}

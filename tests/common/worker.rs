@@ -1,0 +1,122 @@
+//! The worker binary as a child process, and what a test reads from it (HTTP, metrics, log).
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus};
+use std::time::Duration;
+
+use super::*;
+
+/// The worker binary, running `run`.
+pub struct Worker {
+    child: Child,
+    pub http: SocketAddr,
+    log: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl Worker {
+    pub fn start(env: &HashMap<String, String>) -> Worker {
+        let tmp = tempfile::tempdir().unwrap();
+        let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let log = tmp.path().join("worker.log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_media-worker"));
+        cmd.arg("run")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("TMP_DIR", tmp.path().join("scratch"))
+            .env("HTTP_ADDR", http.to_string())
+            .envs(env);
+        let mut child = spawn(&mut cmd, &log);
+        wait_port(http.port(), &mut child, "worker http", &log);
+        Worker {
+            child,
+            http,
+            log,
+            _tmp: tmp,
+        }
+    }
+
+    /// One sample of a metric from /metrics: the first line starting with `line_start`.
+    pub fn metric(&self, line_start: &str) -> Option<f64> {
+        let (_, text) = self.http_get("/metrics")?;
+        text.lines()
+            .find(|l| l.starts_with(line_start))?
+            .split_whitespace()
+            .last()?
+            .parse()
+            .ok()
+    }
+
+    pub fn scratch_dir(&self) -> PathBuf {
+        self._tmp.path().join("scratch")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GET a path on the worker's HTTP server (plain HTTP/1.0, no client crate needed).
+    pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
+        use std::io::{Read, Write};
+        let mut s = TcpStream::connect_timeout(&self.http, Duration::from_secs(5)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+        s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).ok()?;
+        let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+        let body = buf
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        Some((status, body))
+    }
+
+    /// Waits until the worker is consuming (ready, with partitions assigned).
+    pub fn wait_ready(&self) {
+        wait_for("worker ready", Duration::from_secs(60), || {
+            let (status, _) = self.http_get("/health/ready")?;
+            let (_, metrics) = self.http_get("/metrics")?;
+            let assigned = metrics
+                .lines()
+                .find(|l| l.starts_with("media_worker_kafka_assigned_partitions "))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())?;
+            (status == 200 && assigned > 0.0).then_some(())
+        });
+    }
+
+    /// Active jobs per `/jobs`.
+    pub fn jobs(&self) -> Vec<serde_json::Value> {
+        self.http_get("/jobs")
+            .and_then(|(_, b)| serde_json::from_str::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["jobs"].as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    pub fn sigterm(&mut self) {
+        kill(&mut self.child, libc::SIGTERM);
+    }
+
+    pub fn kill9(&mut self) {
+        kill(&mut self.child, libc::SIGKILL);
+        let _ = self.child.wait();
+    }
+
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        wait_for("worker exit", timeout, || self.child.try_wait().unwrap())
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            kill(&mut self.child, libc::SIGKILL);
+            let _ = self.child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("---- worker log ----\n{}", self.log());
+        }
+    }
+}
