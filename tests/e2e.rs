@@ -156,7 +156,7 @@ async fn corpus_images_become_decodable_variants() {
             }
         }
     }
-    let completed = worker.metric("media_worker_jobs_total{outcome=\"completed\",error_code=\"\"}");
+    let completed = worker.metric("media_worker_jobs_total{error_code=\"\",outcome=\"completed\"}");
     assert_eq!(completed, Some(PHOTOS.len() as f64));
 }
 

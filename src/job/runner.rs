@@ -14,11 +14,11 @@ use crate::shutdown::Shutdown;
 use crate::stages::manifest::{self, Manifest};
 use crate::stages::{download, upload};
 
-use super::registry::{JobHandle, Phase};
 use super::response::{self, Done, Ending, Failure};
-use super::scratch::ScratchDir;
 use super::services::Services;
 use crate::retry;
+use crate::scratch::ScratchDir;
+use crate::telemetry::registry::{JobHandle, Phase};
 
 #[derive(Clone)]
 pub struct JobRunner {

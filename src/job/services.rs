@@ -5,11 +5,9 @@ use std::sync::Arc;
 use crate::config::Settings;
 use crate::contract::WorkerInfo;
 use crate::media;
+use crate::scratch;
 use crate::storage::Storage;
-use crate::telemetry::Metrics;
-
-use super::registry::Registry;
-use super::scratch;
+use crate::telemetry::{Metrics, Registry};
 
 /// What every job shares.
 #[derive(Clone)]

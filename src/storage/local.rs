@@ -5,7 +5,7 @@ use std::path::{Component, Path, PathBuf};
 
 use async_trait::async_trait;
 
-use super::{ObjectMeta, SourceObject, Storage, StorageError};
+use super::interface::{ObjectMeta, SourceObject, Storage, StorageError};
 use crate::contract::SourceRef;
 
 pub struct LocalStorage {

@@ -15,7 +15,7 @@ use aws_sdk_s3::primitives::{ByteStream, Length};
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use tokio::io::AsyncWriteExt;
 
-use super::{ObjectMeta, SourceObject, Storage, StorageError};
+use super::interface::{ObjectMeta, SourceObject, Storage, StorageError};
 use crate::config::StorageSettings;
 use crate::contract::SourceRef;
 

@@ -87,7 +87,7 @@ impl Health {
     }
 
     pub fn readiness(&self, scratch_dir: &Path) -> Readiness {
-        let free = crate::job::scratch::free_bytes(scratch_dir);
+        let free = crate::scratch::free_bytes(scratch_dir);
         let r = Readiness {
             ready: false,
             consuming: self.consuming.load(Ordering::Relaxed),

@@ -10,8 +10,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
+use super::registry::Registry;
 use super::{Health, Metrics};
-use crate::job::Registry;
 
 #[derive(Clone)]
 pub struct HttpState {

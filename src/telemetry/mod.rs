@@ -1,12 +1,15 @@
-//! Telemetry in one place: metrics, logs, trace context, and the HTTP endpoints serving them.
+//! Telemetry in one place: metrics, logs, trace context, the registry of running jobs, and the
+//! HTTP endpoints serving them.
 
 pub mod health;
 pub mod http;
 mod metrics;
+pub mod registry;
 pub mod traces;
 
 pub use health::Health;
 pub use metrics::Metrics;
+pub use registry::{JobHandle, Registry};
 
 /// JSON log lines on stderr (`RUST_LOG` filters, default `info`) and trace spans (see
 /// [`traces`]; their own filter, so a quiet log keeps its traces). Shut the returned provider

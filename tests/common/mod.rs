@@ -98,35 +98,57 @@ pub fn processes_mentioning(needle: &str) -> Vec<i32> {
     found
 }
 
+/// How often the waits below poll.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A wait's bound: `check` panics, naming what was awaited, once `timeout` has passed.
+struct Waiting<'a> {
+    what: &'a str,
+    timeout: Duration,
+    deadline: Instant,
+}
+
+impl Waiting<'_> {
+    fn check<T>(&self, f: &mut impl FnMut() -> Option<T>) -> Option<T> {
+        let v = f();
+        let (what, timeout) = (self.what, self.timeout);
+        assert!(
+            v.is_some() || Instant::now() < self.deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        v
+    }
+}
+
 /// Polls `f` every 50 ms until it returns Some, or panics after `timeout`. (For an async test
 /// on a current-thread runtime, see [`wait_until`].)
 pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
+    let w = Waiting {
+        what,
+        timeout,
+        deadline: Instant::now() + timeout,
+    };
     loop {
-        if let Some(v) = f() {
-            return v;
+        match w.check(&mut f) {
+            Some(v) => return v,
+            None => std::thread::sleep(POLL),
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
 /// As [`wait_for`], sleeping on the async runtime between polls (the awaited event may come
 /// from a task on the same thread).
 pub async fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
+    let w = Waiting {
+        what,
+        timeout,
+        deadline: Instant::now() + timeout,
+    };
     loop {
-        if let Some(v) = f() {
-            return v;
+        match w.check(&mut f) {
+            Some(v) => return v,
+            None => tokio::time::sleep(POLL).await,
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

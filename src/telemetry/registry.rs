@@ -1,4 +1,5 @@
-//! The registry of active jobs: what `/jobs` lists and what the in-flight gauge counts.
+//! The registry of active jobs: what `/jobs` lists and what the in-flight gauge counts. Jobs
+//! report their stage, phase and progress here as they run.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,0 +1,72 @@
+//! The one interface every object store implements ([`Storage`]), and what it speaks in.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+
+use crate::contract::SourceRef;
+
+/// What a download found.
+#[derive(Debug, Clone)]
+pub struct SourceObject {
+    pub size_bytes: u64,
+    pub etag: Option<String>,
+}
+
+/// Headers set on every upload.
+#[derive(Debug, Clone, Copy)]
+pub struct ObjectMeta<'a> {
+    pub content_type: &'a str,
+    pub cache_control: &'a str,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("source s3://{bucket}/{key} does not exist")]
+    NotFound { bucket: String, key: String },
+    #[error("access to s3://{bucket}/{key} denied")]
+    AccessDenied { bucket: String, key: String },
+    #[error("source is larger than the {limit}-byte limit ({size} bytes)")]
+    TooLarge { size: u64, limit: u64 },
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// Local disk trouble (scratch space) or a rejected write: not the source's fault.
+    #[error("storage failure: {0}")]
+    Scratch(String),
+}
+
+impl From<std::io::Error> for StorageError {
+    fn from(e: std::io::Error) -> Self {
+        StorageError::Scratch(e.to_string())
+    }
+}
+
+#[async_trait]
+pub trait Storage: Send + Sync {
+    /// Streams `src` to the file `dest` (never holding it whole in memory). Fails with
+    /// [`StorageError::TooLarge`] as soon as more than `max_bytes` would be read.
+    async fn download(
+        &self,
+        src: &SourceRef,
+        dest: &Path,
+        max_bytes: u64,
+    ) -> Result<SourceObject, StorageError>;
+
+    /// Uploads the file at `path` to `bucket/key`.
+    async fn upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        path: &Path,
+        meta: &ObjectMeta<'_>,
+    ) -> Result<(), StorageError>;
+
+    /// The object's current ETag (a HEAD request), `None` when the store gives none.
+    async fn etag(&self, src: &SourceRef) -> Result<Option<String>, StorageError>;
+
+    /// A small object, whole (at most `max_bytes`).
+    async fn read(&self, src: &SourceRef, max_bytes: u64) -> Result<Vec<u8>, StorageError>;
+
+    /// Whether `bucket` is reachable and exists (the readiness probe).
+    async fn check(&self, bucket: &str) -> Result<(), StorageError>;
+}
