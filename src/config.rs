@@ -51,6 +51,9 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("VIDEO_TIMEOUT_BASE_SECS", "video.timeout_base_secs"),
     ("VIDEO_TIMEOUT_PER_SECOND", "video.timeout_per_second"),
     ("HTTP_ADDR", "http.addr"),
+    ("MAX_REQUEST_BYTES", "requests.max_request_bytes"),
+    ("ALLOWED_SOURCE_BUCKETS", "requests.allowed_source_buckets"),
+    ("REQUIRE_USER_PREFIX", "requests.require_user_prefix"),
     ("FACE_CASCADE", "analysis.face_cascade"),
     ("PROFILE_FACE_CASCADE", "analysis.profile_cascade"),
     ("BLUR_THRESHOLD", "analysis.blur_threshold"),
@@ -68,6 +71,7 @@ const STRING_KEYS: &[&str] = &[
     "worker.id",
     "worker.tmp_dir",
     "http.addr",
+    "requests.allowed_source_buckets",
     "analysis.face_cascade",
     "analysis.profile_cascade",
     "video.preset",
@@ -89,6 +93,7 @@ pub struct Settings {
     pub analysis: AnalysisSettings,
     pub video: VideoSettings,
     pub http: HttpSettings,
+    pub requests: RequestSettings,
     pub profiles: BTreeMap<String, Profile>,
 }
 
@@ -167,6 +172,27 @@ pub struct WorkerSettings {
 #[serde(deny_unknown_fields)]
 pub struct HttpSettings {
     pub addr: SocketAddr,
+}
+
+/// What a request may ask (checked by `stages::validate`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestSettings {
+    pub max_request_bytes: usize,
+    /// Comma-separated; empty allows any bucket (see [`RequestSettings::allowed_buckets`]).
+    pub allowed_source_buckets: String,
+    pub require_user_prefix: bool,
+}
+
+impl RequestSettings {
+    /// The buckets a source may be read from; empty: any.
+    pub fn allowed_buckets(&self) -> Vec<&str> {
+        self.allowed_source_buckets
+            .split(',')
+            .map(str::trim)
+            .filter(|b| !b.is_empty())
+            .collect()
+    }
 }
 
 /// A configuration problem, reported as one line naming the key.

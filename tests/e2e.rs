@@ -512,6 +512,80 @@ async fn invalid_requests_are_answered_and_committed() {
     });
 }
 
+/// Request shapes the worker refuses (docs/events.md): each is answered `invalid_request` at once
+/// with a bounded message, never retried, and committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_request_shapes_get_bounded_invalid_request() {
+    let stack = Stack::start(1).await;
+    let mut env = stack.worker_env("g-shapes");
+    env.insert("MAX_REQUEST_BYTES".into(), "960000".into());
+    env.insert("ALLOWED_SOURCE_BUCKETS".into(), SOURCE_BUCKET.into());
+    let _worker = Worker::start(&env);
+    let responses = stack.responses();
+    let shaped = |id: &str, f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v = serde_json::to_value(request(id, "pillow_flower.jpg")).unwrap();
+        f(&mut v);
+        v.to_string()
+    };
+    let big = |n: usize| "x".repeat(n);
+    let cases = [
+        shaped("huge-profile", &|v| v["profile"] = big(900_000).into()),
+        shaped("huge-media-type", &|v| {
+            v["media_type"] = big(900_000).into()
+        }),
+        shaped("huge-bucket", &|v| {
+            v["source"]["bucket"] = big(950_000).into()
+        }),
+        shaped("upper-bucket", &|v| {
+            v["source"]["bucket"] = "Uploads".into()
+        }),
+        shaped("long-key", &|v| v["source"]["key"] = big(1025).into()),
+        shaped("other-bucket", &|v| {
+            v["source"]["bucket"] = "billing".into()
+        }),
+        shaped("oversized", &|v| v["pad"] = big(970_000).into()),
+    ];
+    for (i, payload) in cases.iter().enumerate() {
+        stack
+            .send_raw(&format!("k{i}"), payload.as_bytes(), None)
+            .await;
+    }
+    let got = responses.take(cases.len(), 2 * MINUTE);
+    for r in &got {
+        assert_failed(&r.body, &[ErrorCode::InvalidRequest]);
+        let e = r.body.error.as_ref().unwrap();
+        assert_eq!(
+            (e.stage, e.retryable, r.body.attempts),
+            (Stage::Validate, false, 0)
+        );
+        assert!(
+            e.message.chars().count() <= 330,
+            "{}: {} chars",
+            r.key,
+            e.message.len()
+        );
+        assert!(
+            serde_json::to_vec(&r.body).unwrap().len() < 4096,
+            "{}",
+            r.key
+        );
+    }
+    let by_key = by_media_id(got);
+    let message = |id: &str| by_key[id].body.error.as_ref().unwrap().message.clone();
+    assert!(message("huge-bucket").contains("not an S3 bucket name"));
+    assert!(message("other-bucket").contains("not allowed"));
+    assert!(message("long-key").contains("1-1024 bytes"));
+    let oversized = format!("{}-0-6", stack.request_topic);
+    assert!(
+        message(&oversized).contains("960000-byte limit"),
+        "{}",
+        message(&oversized)
+    );
+    wait_for("offsets committed", MINUTE, || {
+        (stack.committed("g-shapes", 1) == vec![cases.len() as i64]).then_some(())
+    });
+}
+
 /// (i) a job finishing before an earlier, slower one does not commit past it: after a crash
 /// the slow one is redelivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,8 @@
-//! A job's life: one request taken through validate → download → probe → analyze → transform →
-//! upload → publish, with retries of transient failures ([`runner`]). The lifecycle is explicit
-//! (stage, phase, attempt, [`Failure`]) because the response ([`response`]), the metrics and
-//! `/jobs` (`telemetry::registry`) report it.
+//! A job's life: a validated request taken through download → probe → analyze → transform →
+//! upload → manifest ([`runner`]), with retries of transient failures, to its response
+//! ([`response`]). The message task (`worker::task`) validates before and publishes after. The
+//! lifecycle is explicit (stage, phase, attempt, [`Failure`]) because the response, the metrics
+//! and `/jobs` (`telemetry::registry`) report it.
 
 pub mod response;
 mod runner;

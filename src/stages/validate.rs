@@ -16,6 +16,34 @@ pub struct Invalid {
 
 const MAX_ID: usize = 128;
 const MAX_ECHO: usize = 256;
+/// The longest reason given: a reason may quote the request (an unknown profile, a serde error
+/// naming a bad value), and nothing a producer sends is copied back or logged unbounded.
+const MAX_REASON: usize = 300;
+/// S3's limit on an object key.
+const MAX_KEY_BYTES: usize = 1024;
+
+/// `s` cut to `max` characters, marked when cut.
+fn bounded(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut cut: String = s.chars().take(max).collect();
+    cut.push('…');
+    cut
+}
+
+/// S3's bucket naming rules: 3-63 of lowercase letters, digits, dots and hyphens, starting and
+/// ending with a letter or digit, no `..`, not an IP address.
+pub fn is_valid_bucket(name: &str) -> bool {
+    let b = name.as_bytes();
+    (3..=63).contains(&b.len())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'.' || *c == b'-')
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && !name.contains("..")
+        && name.parse::<std::net::Ipv4Addr>().is_err()
+}
 
 /// `media_id` and `user_id` become parts of object keys: 1-128 of `[A-Za-z0-9_-]`.
 pub fn is_valid_id(s: &str) -> bool {
@@ -26,12 +54,22 @@ pub fn is_valid_id(s: &str) -> bool {
 
 pub fn parse(payload: Option<&[u8]>, settings: &Settings) -> Result<OptimizeRequest, Invalid> {
     let bytes = payload.unwrap_or_default();
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| Invalid {
+    let rules = &settings.requests;
+    let unread = |reason: String| Invalid {
         request_id: None,
         media_id: None,
         user_id: None,
-        reason: format!("payload is not JSON: {e}"),
-    })?;
+        reason: bounded(&reason, MAX_REASON),
+    };
+    if bytes.len() > rules.max_request_bytes {
+        return Err(unread(format!(
+            "the request is {} bytes, over the {}-byte limit",
+            bytes.len(),
+            rules.max_request_bytes
+        )));
+    }
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| unread(format!("payload is not JSON: {e}")))?;
     let echo = |field: &str| {
         value
             .get(field)
@@ -42,7 +80,7 @@ pub fn parse(payload: Option<&[u8]>, settings: &Settings) -> Result<OptimizeRequ
         request_id: echo("request_id"),
         media_id: echo("media_id"),
         user_id: echo("user_id"),
-        reason,
+        reason: bounded(&reason, MAX_REASON),
     };
     let req: OptimizeRequest = serde_json::from_value(value.clone())
         .map_err(|e| invalid(format!("not a request: {e}")))?;
@@ -62,14 +100,32 @@ pub fn parse(payload: Option<&[u8]>, settings: &Settings) -> Result<OptimizeRequ
             )));
         }
     }
-    if req.source.bucket.is_empty() || req.source.key.is_empty() || req.source.key.len() > 1024 {
-        return Err(invalid(
-            "source.bucket and source.key (1-1024 bytes) are required".into(),
-        ));
+    let (bucket, key) = (&req.source.bucket, &req.source.key);
+    if !is_valid_bucket(bucket) {
+        return Err(invalid(format!(
+            "source.bucket `{}` is not an S3 bucket name (3-63 of [a-z0-9.-])",
+            bounded(bucket, 64)
+        )));
+    }
+    if key.is_empty() || key.len() > MAX_KEY_BYTES {
+        return Err(invalid(format!(
+            "source.key must be 1-{MAX_KEY_BYTES} bytes (it is {})",
+            key.len()
+        )));
+    }
+    let allowed = rules.allowed_buckets();
+    if !allowed.is_empty() && !allowed.contains(&bucket.as_str()) {
+        return Err(invalid(format!("source bucket `{bucket}` is not allowed")));
+    }
+    if rules.require_user_prefix && !key.starts_with(&format!("{}/", req.user_id)) {
+        return Err(invalid(format!(
+            "source.key must start with `{}/` (the request's user_id)",
+            req.user_id
+        )));
     }
     if let Some(p) = &req.profile {
         if settings.profile(p).is_none() {
-            return Err(invalid(format!("unknown profile `{p}`")));
+            return Err(invalid(format!("unknown profile `{}`", bounded(p, 64))));
         }
     }
     Ok(req)
@@ -85,7 +141,87 @@ mod tests {
 
     fn good() -> serde_json::Value {
         serde_json::json!({"schema_version":1,"request_id":"r1","media_id":"m-1","user_id":"u_1",
-            "source":{"bucket":"b","key":"k.jpg"}})
+            "source":{"bucket":"uploads","key":"u_1/k.jpg"}})
+    }
+
+    fn reason(v: &serde_json::Value, s: &Settings) -> String {
+        parse(Some(v.to_string().as_bytes()), s).unwrap_err().reason
+    }
+
+    #[test]
+    fn oversized_payloads_and_echoed_values_are_bounded() {
+        let s = settings();
+        let mut v = good();
+        v["pad"] = "x".repeat(70_000).into();
+        let e = parse(Some(v.to_string().as_bytes()), &s).unwrap_err();
+        assert!(e.reason.contains("65536-byte limit"), "{}", e.reason);
+        assert_eq!(e.request_id, None, "not parsed at all");
+        // A 60 kB profile name or media_type: refused, and not copied back whole.
+        for field in ["profile", "media_type"] {
+            let mut v = good();
+            v[field] = "p".repeat(60_000).into();
+            let r = reason(&v, &s);
+            assert!(
+                r.chars().count() <= MAX_REASON + 1,
+                "{field}: {} chars",
+                r.len()
+            );
+        }
+    }
+
+    #[test]
+    fn buckets_follow_s3_naming_and_keys_its_length() {
+        let s = settings();
+        for bad in [
+            "",
+            "ab",
+            "Uploads",
+            "a_b",
+            "-ab",
+            "ab-",
+            "a..b",
+            "192.168.1.1",
+        ] {
+            let mut v = good();
+            v["source"]["bucket"] = bad.into();
+            assert!(reason(&v, &s).contains("bucket"), "{bad}");
+        }
+        let mut v = good();
+        v["source"]["bucket"] = "b".repeat(950_000).into();
+        let mut big = settings();
+        big.requests.max_request_bytes = 2 << 20;
+        let r = reason(&v, &big);
+        assert!(
+            r.contains("not an S3 bucket name") && r.len() < 400,
+            "{}",
+            r.len()
+        );
+        let mut v = good();
+        v["source"]["key"] = "k".repeat(1025).into();
+        assert!(reason(&v, &s).contains("1-1024 bytes"));
+        for ok in ["abc", "my.bucket-1", "a".repeat(63).as_str()] {
+            let mut v = good();
+            v["source"]["bucket"] = ok.into();
+            assert!(parse(Some(v.to_string().as_bytes()), &s).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn the_tenant_guard_limits_buckets_and_key_prefixes() {
+        let mut s = settings();
+        s.requests.allowed_source_buckets = "uploads, avatars".into();
+        s.requests.require_user_prefix = true;
+        assert!(parse(Some(good().to_string().as_bytes()), &s).is_ok());
+        let mut v = good();
+        v["source"]["bucket"] = "billing".into();
+        assert!(reason(&v, &s).contains("not allowed"));
+        let mut v = good();
+        v["source"]["key"] = "u_2/k.jpg".into();
+        assert!(reason(&v, &s).contains("must start with `u_1/`"));
+        // Off by default.
+        let mut v = good();
+        v["source"] = serde_json::json!({"bucket": "billing", "key": "u_2/k.jpg"});
+        assert!(parse(Some(v.to_string().as_bytes()), &settings()).is_ok());
     }
 
     #[test]

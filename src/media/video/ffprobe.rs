@@ -97,8 +97,13 @@ pub fn parse(v: &Value) -> Result<VideoProbe, MediaError> {
         .into_iter()
         .find_map(|d| d.as_str()?.parse::<f64>().ok())
         .or_else(|| matroska_duration(video))
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .map(Duration::from_secs_f64);
+        .filter(|s| s.is_finite() && *s > 0.0);
+    if let Some(s) = duration.filter(|s| *s > MAX_PLAUSIBLE_SECONDS) {
+        return Err(MediaError::Corrupt(format!(
+            "the container claims a duration of {s:.3e} s"
+        )));
+    }
+    let duration = duration.map(Duration::from_secs_f64);
     Ok(VideoProbe {
         duration,
         width,
@@ -112,6 +117,10 @@ pub fn parse(v: &Value) -> Result<VideoProbe, MediaError> {
         hdr: matches!(transfer, "smpte2084" | "arib-std-b67"),
     })
 }
+
+/// No real video is longer (a century); beyond it a duration is a broken or hostile header, and
+/// far beyond it one that `Duration` cannot even hold.
+const MAX_PLAUSIBLE_SECONDS: f64 = 100.0 * 365.25 * 86_400.0;
 
 /// Duration, pixel and stream checks before any transcoding.
 pub fn check(p: &VideoProbe, limits: &Limits) -> Result<(), MediaError> {
@@ -205,6 +214,16 @@ mod tests {
              "disposition": {"attached_pic": 1}}
         ], "format": {}});
         assert!(matches!(parse(&v), Err(MediaError::Unsupported(_))));
+    }
+
+    #[test]
+    fn an_absurd_container_duration_is_corrupt_input() {
+        for d in ["1e300", "4e12"] {
+            let v = json!({"streams": [
+                {"codec_type": "video", "codec_name": "h264", "width": 64, "height": 64}
+            ], "format": {"duration": d}});
+            assert!(matches!(parse(&v), Err(MediaError::Corrupt(_))), "{d}");
+        }
     }
 
     #[test]
