@@ -44,15 +44,57 @@ impl JobError {
         }
     }
 
-    /// Transient failures are worth another attempt: the same input may succeed later.
-    /// Permanent ones (bad input, missing or forbidden source) fail at once.
+    /// Transient failures are worth another attempt: the same input may succeed later. They
+    /// are the faults of this pod or of a dependency: the store unavailable, and the local
+    /// faults ([`JobError::is_local`]). Permanent ones (bad input, missing or forbidden source,
+    /// a crashed decoder) fail at once.
     pub fn is_transient(&self) -> bool {
-        self.code() == ErrorCode::StorageUnavailable
+        self.code() == ErrorCode::StorageUnavailable || self.is_local()
+    }
+
+    /// Faults of this pod: scratch space or files (ENOSPC, EMFILE, EIO), a rejected output
+    /// write. Answered `internal` (retryable) only when the pod looks well; while it is sick
+    /// the job is held instead (see `job::runner`).
+    pub fn is_local(&self) -> bool {
+        matches!(
+            self,
+            Self::Storage(StorageError::Scratch(_))
+                | Self::Media(MediaError::Io(_))
+                | Self::Internal(_)
+        )
     }
 }
 
 impl From<std::io::Error> for JobError {
     fn from(e: std::io::Error) -> Self {
         JobError::Internal(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_of_the_pod_are_transient_and_the_inputs_are_not() {
+        let local = [
+            JobError::Storage(StorageError::Scratch("No space left on device".into())),
+            JobError::Media(MediaError::Io("Too many open files".into())),
+            JobError::Internal("Input/output error".into()),
+        ];
+        for e in &local {
+            assert!(e.is_local() && e.is_transient(), "{e}");
+            assert_eq!(e.code(), ErrorCode::Internal);
+        }
+        let unavailable = JobError::Storage(StorageError::Unavailable("503".into()));
+        assert!(unavailable.is_transient() && !unavailable.is_local());
+        let permanent = [
+            JobError::Media(MediaError::Corrupt("truncated".into())),
+            JobError::Media(MediaError::Crashed("panicked".into())),
+            JobError::InvalidRequest("bad id".into()),
+        ];
+        for e in &permanent {
+            assert!(!e.is_transient(), "{e}");
+        }
     }
 }

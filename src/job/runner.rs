@@ -111,10 +111,38 @@ impl JobRunner {
                     ))
                     .await;
                 }
-                Err((failure, source)) => break Ending::Failed { failure, source },
+                Err((failure, source)) => {
+                    // Out of attempts for a fault of this pod or a dependency: while the pod is
+                    // sick, hold the job (unanswered, uncommitted) until it is well, then start
+                    // over. At shutdown it is abandoned and redelivered elsewhere.
+                    if failure.error.is_transient() && self.hold_while_sick(job, &failure).await {
+                        attempt = 0;
+                        continue;
+                    }
+                    break Ending::Failed { failure, source };
+                }
             }
         };
         response::for_request(&self.svc.worker, req, ending, attempt, started)
+    }
+
+    /// Waits while the pod cannot take work (`Health::intake_blocker`); false when it is well
+    /// (the failure is then the job's to answer).
+    async fn hold_while_sick(&self, job: &JobHandle, failure: &Failure) -> bool {
+        let scratch = &self.svc.settings.worker.tmp_dir;
+        let Some(reason) = self.svc.health.intake_blocker(scratch) else {
+            return false;
+        };
+        tracing::warn!(job = job.id(), reason, stage = failure.stage.as_str(), error = %failure.error,
+            "the pod is not well: job held until it is");
+        self.svc.metrics.held_jobs.inc();
+        job.phase(Phase::Held);
+        while self.svc.health.intake_blocker(scratch).is_some() {
+            tokio::time::sleep(HOLD_CHECK).await;
+        }
+        self.svc.metrics.held_jobs.dec();
+        tracing::info!(job = job.id(), "the pod is well again: job resumed");
+        true
     }
 
     /// One attempt, in its own scratch directory (removed when this returns or is dropped).
@@ -257,6 +285,9 @@ impl JobRunner {
         r
     }
 }
+
+/// How often a held job checks whether the pod is well again.
+const HOLD_CHECK: Duration = Duration::from_secs(1);
 
 /// A job answered from its stored manifest: this request's source, the stored outputs.
 fn replayed(m: Manifest, req: &OptimizeRequest) -> Done {

@@ -7,7 +7,7 @@ use crate::contract::WorkerInfo;
 use crate::media;
 use crate::scratch;
 use crate::storage::Storage;
-use crate::telemetry::{Metrics, Registry};
+use crate::telemetry::{Health, Metrics, Registry};
 
 /// What every job shares.
 #[derive(Clone)]
@@ -16,6 +16,9 @@ pub struct Services {
     pub storage: Arc<dyn Storage>,
     pub metrics: Arc<Metrics>,
     pub registry: Registry,
+    /// What `/health/ready` reports; also what gates intake and holds jobs while the pod is
+    /// sick (see `runner`).
+    pub health: Arc<Health>,
     pub worker: WorkerInfo,
 }
 
@@ -33,11 +36,13 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
         tracing::warn!(removed, dir = %settings.worker.tmp_dir.display(), "swept scratch dirs left by a previous run");
     }
     media::init(settings.worker.vips_threads);
+    let health = Arc::new(Health::new(settings.worker.min_scratch_free_bytes));
     Ok(Services {
         worker: worker_info(&settings),
         settings,
         storage,
         metrics: Arc::new(Metrics::new()),
         registry: Registry::default(),
+        health,
     })
 }

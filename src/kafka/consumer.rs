@@ -42,7 +42,7 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{ClientContext, Offset, Statistics, TopicPartitionList};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use super::flow::Flow;
+use super::flow::{Flow, Intake};
 use super::offsets::{OffsetToken, OffsetTracker, Tp};
 use crate::config::Settings;
 use crate::telemetry::{Health, Metrics};
@@ -318,6 +318,8 @@ pub struct KafkaSource {
 struct LoopConfig {
     max_in_flight: usize,
     commit_interval: Duration,
+    /// Scratch space is one of the checks that gate intake (`Health::intake_blocker`).
+    scratch_dir: std::path::PathBuf,
 }
 
 impl KafkaSource {
@@ -350,6 +352,7 @@ impl KafkaSource {
         let cfg = LoopConfig {
             max_in_flight: settings.max_in_flight().max(1),
             commit_interval: Duration::from_millis(settings.kafka.commit_interval_ms),
+            scratch_dir: settings.worker.tmp_dir.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("kafka-poll".into())
@@ -454,6 +457,7 @@ fn poll_loop(
     let out = Dispatcher { events };
     let mut queues: Queues = Vec::new();
     let mut flow = Flow::new(cfg.max_in_flight, cfg.commit_interval, Instant::now());
+    let mut intake_blocker = None;
     loop {
         // Serve the consumer's queue: rebalances run their callbacks in here. A message can
         // arrive here only if it was fetched before its partition's queue was split.
@@ -475,7 +479,20 @@ fn poll_loop(
                 queues = split_queues(&consumer, assigned, &wake);
             }
             let in_flight = st.tracker.in_flight();
-            let turn = flow.turn(Instant::now(), in_flight, st.stopping, st.paused);
+            let blocker = ctx.health.intake_blocker(&cfg.scratch_dir);
+            if blocker != intake_blocker {
+                match blocker {
+                    Some(reason) => tracing::warn!(reason, "not ready: intake paused"),
+                    None => tracing::info!("ready again: intake resumed"),
+                }
+                intake_blocker = blocker;
+            }
+            let state = Intake {
+                stopping: st.stopping,
+                sick: blocker.is_some(),
+                paused: st.paused,
+            };
+            let turn = flow.turn(Instant::now(), in_flight, state);
             if let Some(pause) = turn.pause {
                 ctx.pause(&consumer, &mut st, pause);
             }

@@ -19,6 +19,17 @@ pub struct Flow {
     next_queue: usize,
 }
 
+/// The consumer's state a turn decides from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Intake {
+    /// Fetching was stopped for shutdown.
+    pub stopping: bool,
+    /// The pod cannot take work now (`Health::intake_blocker`).
+    pub sick: bool,
+    /// The partitions are paused now.
+    pub paused: bool,
+}
+
 /// What one turn of the poll loop does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Turn {
@@ -42,12 +53,18 @@ impl Flow {
     }
 
     /// The decisions at `now`, with `in_flight` messages unfinished. `stopping`: fetching was
-    /// stopped for shutdown; `paused`: the partitions are paused now.
+    /// stopped for shutdown; `sick`: the pod cannot take work now (its readiness checks fail);
+    /// `paused`: the partitions are paused now.
     ///
-    /// The partitions pause once the bound has held for [`PAUSE_AFTER`] (or when stopping),
-    /// and resume only once half the bound is free: pausing drops librdkafka's prefetch, so it
-    /// is kept for pools busy with long jobs.
-    pub fn turn(&mut self, now: Instant, in_flight: usize, stopping: bool, paused: bool) -> Turn {
+    /// The partitions pause at once when stopping or sick, and once the bound has held for
+    /// [`PAUSE_AFTER`]; they resume only once half the bound is free: pausing drops librdkafka's
+    /// prefetch, so it is kept for pools busy with long jobs.
+    pub fn turn(&mut self, now: Instant, in_flight: usize, state: Intake) -> Turn {
+        let Intake {
+            stopping,
+            sick,
+            paused,
+        } = state;
         if in_flight < self.max_in_flight {
             self.saturated_since = None;
         } else {
@@ -56,14 +73,14 @@ impl Flow {
         let stuck = self
             .saturated_since
             .is_some_and(|t| now.duration_since(t) >= PAUSE_AFTER);
-        let want = stopping || stuck;
+        let want = stopping || sick || stuck;
         let pause =
             (want != paused && (want || in_flight <= self.max_in_flight / 2)).then_some(want);
         let commit = now.duration_since(self.last_commit) >= self.commit_interval;
         if commit {
             self.last_commit = now;
         }
-        let room = if stopping || pause.unwrap_or(paused) {
+        let room = if stopping || sick || pause.unwrap_or(paused) {
             0
         } else {
             self.max_in_flight.saturating_sub(in_flight)
@@ -89,6 +106,14 @@ mod tests {
 
     const COMMIT: Duration = Duration::from_secs(1);
 
+    fn at_state(stopping: bool, paused: bool) -> Intake {
+        Intake {
+            stopping,
+            sick: false,
+            paused,
+        }
+    }
+
     fn at(t0: Instant, ms: u64) -> Instant {
         t0 + Duration::from_millis(ms)
     }
@@ -97,34 +122,37 @@ mod tests {
     fn the_bound_stops_intake_at_once_and_pauses_only_if_it_holds() {
         let t0 = Instant::now();
         let mut f = Flow::new(4, COMMIT, t0);
-        let free = f.turn(t0, 1, false, false);
+        let free = f.turn(t0, 1, at_state(false, false));
         assert_eq!((free.pause, free.room), (None, 3));
         // At the bound: nothing taken, not paused yet (the prefetch is kept).
-        let full = f.turn(at(t0, 10), 4, false, false);
+        let full = f.turn(at(t0, 10), 4, at_state(false, false));
         assert_eq!((full.pause, full.room), (None, 0));
-        let still = f.turn(at(t0, 900), 4, false, false);
+        let still = f.turn(at(t0, 900), 4, at_state(false, false));
         assert_eq!((still.pause, still.room), (None, 0));
         // Held for PAUSE_AFTER: paused.
-        let stuck = f.turn(at(t0, 1010), 4, false, false);
+        let stuck = f.turn(at(t0, 1010), 4, at_state(false, false));
         assert_eq!((stuck.pause, stuck.room), (Some(true), 0));
         // A dip below the bound restarts the clock.
         let mut f = Flow::new(4, COMMIT, t0);
-        f.turn(t0, 4, false, false);
-        f.turn(at(t0, 600), 3, false, false);
-        assert_eq!(f.turn(at(t0, 1100), 4, false, false).pause, None);
+        f.turn(t0, 4, at_state(false, false));
+        f.turn(at(t0, 600), 3, at_state(false, false));
+        assert_eq!(f.turn(at(t0, 1100), 4, at_state(false, false)).pause, None);
     }
 
     #[test]
     fn paused_partitions_resume_once_half_the_bound_is_free() {
         let t0 = Instant::now();
         let mut f = Flow::new(4, COMMIT, t0);
-        f.turn(t0, 4, false, false);
-        assert_eq!(f.turn(at(t0, 1000), 4, false, false).pause, Some(true));
+        f.turn(t0, 4, at_state(false, false));
+        assert_eq!(
+            f.turn(at(t0, 1000), 4, at_state(false, false)).pause,
+            Some(true)
+        );
         // One finished: still paused, nothing taken.
-        let one = f.turn(at(t0, 1100), 3, false, true);
+        let one = f.turn(at(t0, 1100), 3, at_state(false, true));
         assert_eq!((one.pause, one.room), (None, 0));
         // Half free: resumed, and the room is taken in the same turn.
-        let half = f.turn(at(t0, 1200), 2, false, true);
+        let half = f.turn(at(t0, 1200), 2, at_state(false, true));
         assert_eq!((half.pause, half.room), (Some(false), 2));
     }
 
@@ -132,20 +160,43 @@ mod tests {
     fn stopping_pauses_and_takes_nothing_whatever_the_count() {
         let t0 = Instant::now();
         let mut f = Flow::new(4, COMMIT, t0);
-        let stop = f.turn(t0, 0, true, false);
+        let stop = f.turn(t0, 0, at_state(true, false));
         assert_eq!((stop.pause, stop.room), (Some(true), 0));
-        let after = f.turn(at(t0, 10), 0, true, true);
+        let after = f.turn(at(t0, 10), 0, at_state(true, true));
         assert_eq!((after.pause, after.room), (None, 0));
+    }
+
+    #[test]
+    fn a_sick_pod_stops_intake_at_once_and_resumes_when_well() {
+        let t0 = Instant::now();
+        let mut f = Flow::new(4, COMMIT, t0);
+        let sick = Intake {
+            sick: true,
+            ..Intake::default()
+        };
+        let t = f.turn(t0, 0, sick);
+        assert_eq!(
+            (t.pause, t.room),
+            (Some(true), 0),
+            "paused with room to spare"
+        );
+        let paused_sick = Intake {
+            paused: true,
+            ..sick
+        };
+        assert_eq!(f.turn(at(t0, 50), 1, paused_sick).room, 0);
+        let well = f.turn(at(t0, 100), 1, at_state(false, true));
+        assert_eq!((well.pause, well.room), (Some(false), 3));
     }
 
     #[test]
     fn commits_come_once_per_interval() {
         let t0 = Instant::now();
         let mut f = Flow::new(4, COMMIT, t0);
-        assert!(!f.turn(at(t0, 500), 0, false, false).commit);
-        assert!(f.turn(at(t0, 1000), 0, false, false).commit);
-        assert!(!f.turn(at(t0, 1500), 0, false, false).commit);
-        assert!(f.turn(at(t0, 2000), 0, false, false).commit);
+        assert!(!f.turn(at(t0, 500), 0, at_state(false, false)).commit);
+        assert!(f.turn(at(t0, 1000), 0, at_state(false, false)).commit);
+        assert!(!f.turn(at(t0, 1500), 0, at_state(false, false)).commit);
+        assert!(f.turn(at(t0, 2000), 0, at_state(false, false)).commit);
     }
 
     #[test]

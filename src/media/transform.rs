@@ -31,8 +31,20 @@ pub fn plan_widths(profile: &[u32], source_width: u32) -> Vec<u32> {
     widths
 }
 
+/// A libvips failure in the transform stage: a fault of this pod when the scratch disk or the
+/// process ran out (libvips reports the OS error in its text), else the transform's.
 fn transform_err(e: VipsError) -> MediaError {
-    MediaError::Transform(e.0)
+    const LOCAL: [&str; 4] = [
+        "No space left on device",
+        "Too many open files",
+        "Input/output error",
+        "Disk quota exceeded",
+    ];
+    if LOCAL.iter().any(|l| e.0.contains(l)) {
+        MediaError::Io(e.0)
+    } else {
+        MediaError::Transform(e.0)
+    }
 }
 
 /// The width to decode at: enough for the largest variant, the thumbnail (cover) and the

@@ -86,6 +86,22 @@ impl Health {
         }
     }
 
+    /// Why this pod should not take new work now, if it should not: scratch space low, the
+    /// output store unreachable, or a response that cannot be published. The consumer stops
+    /// dispatching while this holds (it stays in the group; running jobs go on).
+    pub fn intake_blocker(&self, scratch_dir: &Path) -> Option<&'static str> {
+        let r = self.readiness(scratch_dir);
+        if !r.scratch {
+            Some("scratch")
+        } else if !r.storage {
+            Some("storage")
+        } else if !r.publishing {
+            Some("publishing")
+        } else {
+            None
+        }
+    }
+
     pub fn readiness(&self, scratch_dir: &Path) -> Readiness {
         let free = crate::scratch::free_bytes(scratch_dir);
         let r = Readiness {

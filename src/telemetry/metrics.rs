@@ -20,6 +20,7 @@ pub struct Metrics {
     pub pool_size: IntGauge,
     pub pool_busy: IntGauge,
     pub retries: IntCounterVec,
+    pub held_jobs: IntGauge,
     pub publish_failures: IntCounter,
     pub commits: IntCounter,
     pub commit_failures: IntCounter,
@@ -107,6 +108,11 @@ impl Metrics {
                 "Attempts retried, by error code",
                 &["reason"],
             ),
+            held_jobs: gauge(
+                "jobs_held",
+                "Jobs out of attempts for a fault of this pod or a dependency, held (unanswered, \
+                 uncommitted) until the pod is well",
+            ),
             publish_failures: counter(
                 "kafka_publish_failures_total",
                 "Response publish attempts that failed",
@@ -116,7 +122,8 @@ impl Metrics {
             rebalances: counter_vec("kafka_rebalances_total", "Rebalance events", &["kind"]),
             paused: gauge(
                 "kafka_paused",
-                "1 while the partitions are paused (the in-flight bound held for 1 s, or draining)",
+                "1 while the partitions are paused (the in-flight bound held for 1 s, the pod not \
+                 ready, or draining)",
             ),
             assigned_partitions: gauge("kafka_assigned_partitions", "Partitions assigned"),
             consumer_lag: reg(

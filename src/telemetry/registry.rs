@@ -18,6 +18,8 @@ pub enum Phase {
     Queued,
     Running,
     Backoff,
+    /// Out of attempts while the pod is sick: waiting for it to be well (see `job::runner`).
+    Held,
 }
 
 #[derive(Debug, Clone)]

@@ -13,7 +13,6 @@ use tokio_util::task::TaskTracker;
 use crate::job::{JobRunner, Services};
 use crate::kafka::{KafkaSource, Publisher};
 use crate::shutdown::Shutdown;
-use crate::telemetry::Health;
 use crate::telemetry::health::watch_storage;
 use crate::telemetry::http::{self, HttpState};
 use task::Ctx;
@@ -35,7 +34,7 @@ pub async fn run(
     bound: Option<oneshot::Sender<SocketAddr>>,
 ) -> anyhow::Result<Exit> {
     let settings = svc.settings.clone();
-    let health = Arc::new(Health::new(settings.worker.min_scratch_free_bytes));
+    let health = svc.health.clone();
     let state = HttpState {
         metrics: svc.metrics.clone(),
         registry: svc.registry.clone(),

@@ -1,0 +1,121 @@
+//! Faults of the pod itself, against real tansu + s3s-fs: a sick pod stops taking work instead
+//! of failing it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use media_worker::contract::Status;
+
+const MINUTE: Duration = Duration::from_secs(60);
+const MIB: u64 = 1 << 20;
+
+/// A small tmpfs of its own (the tests run as root, as CI does), unmounted on drop.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size_mib: u64) -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size_mib}m"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .expect("mount");
+        assert!(
+            out.status.success(),
+            "mounting a tmpfs needs root (CI runs as root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Tmpfs { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn free(&self) -> u64 {
+        media_worker::scratch::free_bytes(self.path()).expect("statvfs")
+    }
+
+    /// Fills the filesystem until `left` bytes are free.
+    fn fill_until(&self, left: u64) -> PathBuf {
+        let filler = self.path().join("filler");
+        let n = self.free().saturating_sub(left);
+        std::fs::write(&filler, vec![0u8; n as usize]).unwrap();
+        filler
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+fn readiness(worker: &Worker) -> Option<(u16, serde_json::Value)> {
+    let (status, body) = worker.http_get("/health/ready")?;
+    Some((status, serde_json::from_str(&body).ok()?))
+}
+
+/// Scratch space below `MIN_SCRATCH_FREE_BYTES`: the pod reports `scratch`, pauses its
+/// partitions and takes nothing (no request is answered, none failed); once space is freed
+/// every request completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_scratch_disk_pauses_intake_and_fails_nothing() {
+    let scratch = Tmpfs::mount(32);
+    let stack = Stack::start(1).await;
+    let mut env = stack.worker_env("g-scratch");
+    env.insert(
+        "TMP_DIR".into(),
+        scratch.path().join("jobs").display().to_string(),
+    );
+    env.insert("MIN_SCRATCH_FREE_BYTES".into(), (16 * MIB).to_string());
+    let worker = Worker::start(&env);
+    worker.wait_ready();
+
+    let filler = scratch.fill_until(8 * MIB);
+    let (_, ready) = wait_for("not ready for scratch", MINUTE, || {
+        readiness(&worker).filter(|(status, _)| *status == 503)
+    });
+    assert_eq!(ready["scratch"], false, "{ready}");
+    wait_for("partitions paused", MINUTE, || {
+        (worker.metric("media_worker_kafka_paused") == Some(1.0)).then_some(())
+    });
+
+    let names = ["pillow_flower.jpg", "rails_racecar.jpg", "sharp_4.webp"];
+    for (i, name) in names.iter().enumerate() {
+        stack.upload_corpus(name).await;
+        stack.send(&request(&format!("held-{i}"), name)).await;
+    }
+    let responses = stack.responses();
+    // A negative cannot be awaited: over 3 s (15 commit intervals) nothing is taken or answered.
+    assert!(
+        responses.next(Duration::from_secs(3)).is_none(),
+        "answered while sick"
+    );
+    assert!(worker.jobs().is_empty());
+    assert_eq!(
+        worker.metric("media_worker_requests_received_total"),
+        Some(0.0)
+    );
+
+    std::fs::remove_file(filler).unwrap();
+    let got = responses.take(names.len(), 2 * MINUTE);
+    for r in &got {
+        assert_eq!(r.body.status, Status::Completed, "{:?}", r.body.error);
+    }
+    wait_for("ready again", MINUTE, || {
+        readiness(&worker).filter(|(status, _)| *status == 200)
+    });
+    wait_for("offsets committed", MINUTE, || {
+        (stack.committed("g-scratch", 1) == vec![names.len() as i64]).then_some(())
+    });
+}
