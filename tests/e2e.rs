@@ -290,12 +290,15 @@ async fn missing_source_is_not_retried() {
     );
 }
 
-/// (e) S3 down → retried, then storage_unavailable after RETRY_COUNT; S3 back → completed.
+/// (e) S3 down → retried RETRY_COUNT times, then held (the output store is unreachable: the
+/// pod is not well, so the job is not failed) with intake paused; S3 back → completed, and
+/// nothing was answered failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn storage_outage_is_retried_then_reported_and_recovers() {
+async fn storage_outage_holds_the_job_until_the_store_is_back() {
     let mut stack = Stack::start(1).await;
     let mut env = stack.worker_env("g-e");
     env.insert("RETRY_COUNT".into(), "2".into());
+    env.insert("S3_PROBE_INTERVAL_SECS".into(), "1".into());
     let worker = Worker::start(&env);
     let responses = stack.responses();
     stack.upload_corpus("sharp_Landscape_1.jpg").await;
@@ -304,23 +307,39 @@ async fn storage_outage_is_retried_then_reported_and_recovers() {
     stack
         .send(&request("during-outage", "sharp_Landscape_1.jpg"))
         .await;
-    let r = responses.take(1, 2 * MINUTE).remove(0).body;
-    assert_failed(&r, &[ErrorCode::StorageUnavailable]);
-    assert_eq!(r.attempts, 3, "1 + RETRY_COUNT");
-    assert!(r.error.as_ref().unwrap().retryable);
-    let (_, metrics) = worker.http_get("/metrics").unwrap();
+    wait_for("the job held", 2 * MINUTE, || {
+        (worker.metric("media_worker_jobs_held") == Some(1.0)).then_some(())
+    });
+    let jobs = worker.jobs();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0]["phase"], "held", "{jobs:?}");
+    let retried = "media_worker_retries_total{reason=\"storage_unavailable\"}";
+    assert_eq!(
+        worker.metric(retried),
+        Some(2.0),
+        "RETRY_COUNT retries first"
+    );
+    wait_for("intake paused", MINUTE, || {
+        (worker.metric("media_worker_kafka_paused") == Some(1.0)).then_some(())
+    });
     assert!(
-        metrics.contains("media_worker_retries_total{reason=\"storage_unavailable\"} 2"),
-        "{metrics}"
+        responses.next(Duration::from_millis(500)).is_none(),
+        "nothing answered"
     );
 
     stack.s3.restart();
     stack
         .send(&request("after-outage", "sharp_Landscape_1.jpg"))
         .await;
-    let r = responses.take(1, 2 * MINUTE).remove(0).body;
-    assert_eq!(r.status, Status::Completed, "{:?}", r.error);
-    assert_eq!(r.attempts, 1);
+    let got = by_media_id(responses.take(2, 2 * MINUTE));
+    for (id, r) in &got {
+        assert_eq!(r.body.status, Status::Completed, "{id}: {:?}", r.body.error);
+    }
+    assert!(
+        got["during-outage"].body.attempts >= 4,
+        "3 before the hold, then 1+"
+    );
+    assert_eq!(worker.metric("media_worker_jobs_held"), Some(0.0));
 }
 
 /// A repeated request is answered from the manifest (no download, no transform) while the

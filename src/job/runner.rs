@@ -8,7 +8,7 @@ use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinHandle};
 use tracing::Instrument;
 
-use crate::contract::{OptimizeRequest, OptimizeResponse, Stage};
+use crate::contract::{ErrorCode, OptimizeRequest, OptimizeResponse, Stage};
 use crate::media::{self, Control, Event};
 use crate::shutdown::Shutdown;
 use crate::stages::manifest::{self, Manifest};
@@ -90,22 +90,24 @@ impl JobRunner {
         }
         let settings = &self.svc.settings;
         let max_attempts = settings.worker.retry_count + 1;
-        let mut attempt = 0;
+        // `attempt` counts every attempt (reported); `tries` those since the pod was last well.
+        let (mut attempt, mut tries) = (0, 0);
         let ending = loop {
             attempt += 1;
+            tries += 1;
             job.attempt(attempt);
             let span = tracing::info_span!("media.process_job", job.attempt = attempt);
             let result = self.attempt(req, job).instrument(span).await;
             match result {
                 Ok(done) => break Ending::Done(done),
-                Err((failure, _)) if failure.error.is_transient() && attempt < max_attempts => {
+                Err((failure, _)) if failure.error.is_transient() && tries < max_attempts => {
                     let code = failure.error.code().as_str();
                     self.svc.metrics.retries.with_label_values(&[code]).inc();
                     tracing::warn!(job = job.id(), attempt, stage = failure.stage.as_str(),
                         error = %failure.error, "transient failure, will retry");
                     job.phase(Phase::Backoff);
                     tokio::time::sleep(retry::backoff(
-                        attempt,
+                        tries,
                         Duration::from_millis(settings.worker.retry_base_ms),
                         Duration::from_millis(settings.worker.retry_max_ms),
                     ))
@@ -116,7 +118,7 @@ impl JobRunner {
                     // sick, hold the job (unanswered, uncommitted) until it is well, then start
                     // over. At shutdown it is abandoned and redelivered elsewhere.
                     if failure.error.is_transient() && self.hold_while_sick(job, &failure).await {
-                        attempt = 0;
+                        tries = 0;
                         continue;
                     }
                     break Ending::Failed { failure, source };
@@ -129,20 +131,30 @@ impl JobRunner {
     /// Waits while the pod cannot take work (`Health::intake_blocker`); false when it is well
     /// (the failure is then the job's to answer).
     async fn hold_while_sick(&self, job: &JobHandle, failure: &Failure) -> bool {
-        let scratch = &self.svc.settings.worker.tmp_dir;
-        let Some(reason) = self.svc.health.intake_blocker(scratch) else {
+        let Some(reason) = self.blocker(failure).await else {
             return false;
         };
         tracing::warn!(job = job.id(), reason, stage = failure.stage.as_str(), error = %failure.error,
             "the pod is not well: job held until it is");
         self.svc.metrics.held_jobs.inc();
         job.phase(Phase::Held);
-        while self.svc.health.intake_blocker(scratch).is_some() {
+        while self.blocker(failure).await.is_some() {
             tokio::time::sleep(HOLD_CHECK).await;
         }
         self.svc.metrics.held_jobs.dec();
         tracing::info!(job = job.id(), "the pod is well again: job resumed");
         true
+    }
+
+    /// Why the pod cannot take work now. After a storage failure the output store is checked
+    /// at once: the periodic probe may not have seen the outage (or the recovery) yet.
+    async fn blocker(&self, failure: &Failure) -> Option<&'static str> {
+        let svc = &self.svc;
+        if failure.error.code() == ErrorCode::StorageUnavailable {
+            let ok = svc.storage.check(&svc.settings.storage.output_bucket).await;
+            svc.health.set_storage_ok(ok.is_ok());
+        }
+        svc.health.intake_blocker(&svc.settings.worker.tmp_dir)
     }
 
     /// One attempt, in its own scratch directory (removed when this returns or is dropped).
