@@ -51,6 +51,8 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("VIDEO_TIMEOUT_BASE_SECS", "video.timeout_base_secs"),
     ("VIDEO_TIMEOUT_PER_SECOND", "video.timeout_per_second"),
     ("HTTP_ADDR", "http.addr"),
+    ("HTTP_MAX_CONNECTIONS", "http.max_connections"),
+    ("HTTP_HEADER_TIMEOUT_MS", "http.header_timeout_ms"),
     ("MAX_REQUEST_BYTES", "requests.max_request_bytes"),
     ("ALLOWED_SOURCE_BUCKETS", "requests.allowed_source_buckets"),
     ("REQUIRE_USER_PREFIX", "requests.require_user_prefix"),
@@ -172,6 +174,11 @@ pub struct WorkerSettings {
 #[serde(deny_unknown_fields)]
 pub struct HttpSettings {
     pub addr: SocketAddr,
+    /// Connections served at once (probes, scrapes); more are closed as they arrive.
+    pub max_connections: usize,
+    /// A connection that takes longer to send its request headers is closed.
+    pub header_timeout_ms: u64,
+    pub max_body_bytes: usize,
 }
 
 /// What a request may ask (checked by `stages::validate`).

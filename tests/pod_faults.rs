@@ -119,3 +119,39 @@ async fn a_full_scratch_disk_pauses_intake_and_fails_nothing() {
         (stack.committed("g-scratch", 1) == vec![names.len() as i64]).then_some(())
     });
 }
+
+/// The HTTP server bounds its connections and the time a client may take to send headers, so
+/// slow or idle clients cannot exhaust the pod; once they are cut off, probes are served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_http_clients_cannot_exhaust_the_server() {
+    use std::io::{Read, Write};
+    let stack = Stack::start(1).await;
+    let mut env = stack.worker_env("g-http");
+    env.insert("HTTP_MAX_CONNECTIONS".into(), "4".into());
+    env.insert("HTTP_HEADER_TIMEOUT_MS".into(), "1500".into());
+    let worker = Worker::start(&env);
+    worker.wait_ready();
+
+    // Four clients that connect and then send half a request line, never the rest.
+    let mut slow: Vec<std::net::TcpStream> = (0..4)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(worker.http).unwrap();
+            s.write_all(b"GET /metr").unwrap();
+            s
+        })
+        .collect();
+    wait_for("the cap reached", MINUTE, || {
+        worker.http_get("/health/live").is_none().then_some(())
+    });
+    // The server cuts them off at the header timeout...
+    for s in &mut slow {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf).unwrap_or(0);
+        let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(n == 0 || head.starts_with("HTTP/1.1 408"), "{head:?}");
+    }
+    // ...and serves probes again.
+    let (status, body) = wait_for("served again", MINUTE, || worker.http_get("/health/live"));
+    assert_eq!((status, body.as_str()), (200, "ok"));
+}

@@ -1,13 +1,20 @@
-//! `/health/live`, `/health/ready`, `/metrics` and `/jobs`.
+//! `/health/live`, `/health/ready`, `/metrics` and `/jobs`, on an accept loop of our own that
+//! bounds connections and header time ([`Limits`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::registry::Registry;
@@ -58,10 +65,23 @@ async fn jobs(State(s): State<HttpState>) -> impl IntoResponse {
     axum::Json(serde_json::json!({ "jobs": s.registry.snapshot() }))
 }
 
+/// Limits that keep slow or many clients from exhausting the pod (file handles, tasks).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Connections served at once; more are closed as they arrive.
+    pub max_connections: usize,
+    /// A connection whose request headers take longer (a slow client, or an idle keep-alive
+    /// connection) is closed.
+    pub header_timeout: Duration,
+    /// Request bodies over this are refused (413); the routes here take none.
+    pub max_body_bytes: usize,
+}
+
 /// Binds `addr` and serves until `stop` is cancelled. Returns the bound address.
 pub async fn serve(
     addr: SocketAddr,
     state: HttpState,
+    limits: Limits,
     stop: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
     let app = Router::new()
@@ -69,14 +89,51 @@ pub async fn serve(
         .route("/health/ready", get(ready))
         .route("/metrics", get(metrics))
         .route("/jobs", get(jobs))
+        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    tokio::spawn(async move {
-        let server = axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned());
-        if let Err(e) = server.await {
-            tracing::error!(error = %e, "http server failed");
-        }
-    });
+    tokio::spawn(accept(listener, app, limits, stop));
     Ok(bound)
+}
+
+/// The accept loop: one task per connection, at most `max_connections`, each closed when its
+/// headers are late; at `stop` no new connection is taken and open ones finish their request.
+async fn accept(listener: TcpListener, app: Router, limits: Limits, stop: CancellationToken) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    loop {
+        let stream = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // EMFILE and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "http accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::debug!("http connection refused: at the connection cap");
+            continue; // dropping the stream closes it
+        };
+        let conn =
+            http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
 }

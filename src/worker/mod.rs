@@ -41,7 +41,12 @@ pub async fn run(
         health: health.clone(),
         scratch_dir: settings.worker.tmp_dir.clone(),
     };
-    let addr = http::serve(settings.http.addr, state, shutdown.finished()).await?;
+    let limits = http::Limits {
+        max_connections: settings.http.max_connections.max(1),
+        header_timeout: Duration::from_millis(settings.http.header_timeout_ms),
+        max_body_bytes: settings.http.max_body_bytes,
+    };
+    let addr = http::serve(settings.http.addr, state, limits, shutdown.finished()).await?;
     tracing::info!(%addr, pool = settings.pool_size(), "http listening");
     if let Some(tx) = bound {
         let _ = tx.send(addr);
