@@ -155,3 +155,36 @@ async fn slow_http_clients_cannot_exhaust_the_server() {
     let (status, body) = wait_for("served again", MINUTE, || worker.http_get("/health/live"));
     assert_eq!((status, body.as_str()), (200, "ok"));
 }
+
+/// Responses the broker rejects as too large (here: a producer limit below their size) do not
+/// stop the partition: each request is answered by a minimal failure response (its dead letter,
+/// which carries the response, is too large as well) and the offsets are committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_too_large_for_the_broker_keep_the_partition_moving() {
+    let stack = Stack::start(1).await;
+    let mut env = stack.worker_env("g-large");
+    env.insert("KAFKA_PROPERTY_MESSAGE_MAX_BYTES".into(), "1500".into());
+    let worker = Worker::start(&env);
+    let responses = stack.responses();
+    let names = ["pillow_flower.jpg", "sharp_4.webp"];
+    for (i, name) in names.iter().enumerate() {
+        stack.upload_corpus(name).await;
+        stack.send(&request(&format!("large-{i}"), name)).await;
+    }
+    let got = responses.take(names.len(), 2 * MINUTE);
+    for r in &got {
+        let e = r.body.error.as_ref().expect("a minimal failure response");
+        assert_eq!(
+            (r.body.status, e.stage),
+            (Status::Failed, media_worker::contract::Stage::Publish)
+        );
+        assert!(r.body.outputs.is_empty());
+    }
+    assert_eq!(
+        worker.metric("media_worker_minimal_responses_total"),
+        Some(2.0)
+    );
+    wait_for("offsets committed", MINUTE, || {
+        (stack.committed("g-large", 1) == vec![names.len() as i64]).then_some(())
+    });
+}

@@ -1,6 +1,8 @@
-//! Publishing under faults injected with rdkafka's MockCluster: a response that cannot be
-//! published is dead-lettered; when the dead-letter topic fails too the message is held and
-//! the worker is not ready until it goes through; a fatal producer error replaces the producer.
+//! Publishing under faults injected with rdkafka's MockCluster: a broker outage holds the
+//! response (the worker not ready meanwhile) and never dead-letters it; a response the broker
+//! rejects is dead-lettered; when the dead letter is rejected too a minimal failure response is
+//! published, and when even that is rejected the message is dropped and counted; a fatal
+//! producer error replaces the producer.
 
 mod common;
 
@@ -31,6 +33,10 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
+    fixture_with(&[])
+}
+
+fn fixture_with(extra: &[(&str, &str)]) -> Fixture {
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic(RESPONSES, 1, 1).unwrap();
     cluster.create_topic(DLQ, 1, 1).unwrap();
@@ -41,7 +47,11 @@ fn fixture() -> Fixture {
         ("KAFKA_PUBLISH_ATTEMPTS", "2".to_owned()),
         ("KAFKA_PROPERTY_MESSAGE_TIMEOUT_MS", "3000".to_owned()),
     ];
-    let settings = Settings::load_from(None, env.map(|(k, v)| (k.to_owned(), v))).unwrap();
+    let env = env
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .chain(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let settings = Settings::load_from(None, env).unwrap();
     let (metrics, health) = (Arc::new(Metrics::new()), Arc::new(Health::new(0)));
     health.set_consuming(true);
     let publisher = Publisher::new(&settings.kafka, metrics.clone(), health.clone()).unwrap();
@@ -63,6 +73,7 @@ fn outgoing() -> Outgoing<'static> {
         source_topic: "requests",
         source_partition: 3,
         source_offset: 42,
+        fallback: br#"{"status":"failed","error":{"stage":"publish"}}"#,
     }
 }
 
@@ -106,9 +117,10 @@ async fn an_unpublishable_response_is_dead_lettered() {
         .await;
     assert_eq!(r.unwrap(), Published::DeadLettered);
     assert_eq!(f.metrics.dead_lettered.get(), 1);
-    assert!(
-        f.metrics.publish_failures.get() >= 2,
-        "two response attempts first"
+    assert_eq!(
+        f.metrics.publish_failures.get(),
+        1,
+        "a rejection is final: not retried"
     );
     let dlq = read_all(&f.cluster, DLQ, 1);
     assert_eq!(dlq.len(), 1);
@@ -136,29 +148,30 @@ async fn an_unpublishable_response_is_dead_lettered() {
     );
 }
 
+/// A broker that cannot take the response now (its partition has no leader): retried for as
+/// long as it takes, the worker not ready after `publish_attempts` failures; never a dead
+/// letter. Once the broker is back the response itself goes out.
 #[tokio::test]
-async fn when_nothing_can_be_published_the_worker_is_not_ready_until_it_can() {
+async fn a_broker_outage_holds_the_response_and_never_dead_letters_it() {
     let f = fixture();
-    for t in [RESPONSES, DLQ] {
-        f.cluster
-            .topic_error(
-                t,
-                RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
-            )
-            .unwrap();
-    }
+    f.cluster
+        .topic_error(
+            RESPONSES,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
+        )
+        .unwrap();
     let (publisher, give_up) = (f.publisher.clone(), CancellationToken::new());
     let g = give_up.clone();
     let task = tokio::spawn(async move { publisher.publish(&outgoing(), &g).await });
     let scratch = f._scratch.path().to_owned();
     common::wait_until(
-        "not ready while the message is stuck",
-        Duration::from_secs(15),
+        "not ready while the response is held",
+        Duration::from_secs(60),
         || (!f.health.readiness(&scratch).publishing).then_some(()),
     )
     .await;
     assert!(!task.is_finished(), "still holding the message");
-    // The broker lets us write again: the held response goes out.
+    assert_eq!(f.metrics.dead_lettered.get(), 0);
     f.cluster
         .topic_error(RESPONSES, RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR)
         .unwrap();
@@ -168,7 +181,50 @@ async fn when_nothing_can_be_published_the_worker_is_not_ready_until_it_can() {
         .unwrap();
     assert_eq!(r.unwrap(), Published::Response);
     assert!(f.health.readiness(&scratch).publishing, "ready again");
-    assert_eq!(read_all(&f.cluster, RESPONSES, 1).len(), 1);
+    assert_eq!(read_all(&f.cluster, RESPONSES, 1)[0]["status"], "completed");
+    assert_eq!(f.metrics.dead_lettered.get(), 0);
+}
+
+/// A response over the broker's record limit, whose dead letter (which carries it) is too:
+/// a minimal failure response with the same key stands for it.
+#[tokio::test]
+async fn a_response_too_large_for_the_broker_is_replaced_by_a_minimal_one() {
+    let f = fixture_with(&[("KAFKA_PROPERTY_MESSAGE_MAX_BYTES", "4000")]);
+    let big = format!(r#"{{"status":"completed","pad":"{}"}}"#, "x".repeat(8000));
+    let out = Outgoing {
+        payload: big.as_bytes(),
+        ..outgoing()
+    };
+    let r = f.publisher.publish(&out, &CancellationToken::new()).await;
+    assert_eq!(r.unwrap(), Published::Minimal);
+    assert_eq!(f.metrics.minimal_responses.get(), 1);
+    let got = read_all(&f.cluster, RESPONSES, 1);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["error"]["stage"], "publish");
+    assert!(f.health.readiness(f._scratch.path()).ready);
+}
+
+/// Nothing accepted at all (response, dead letter and minimal response all rejected): the
+/// message is dropped and counted, so that its partition keeps moving.
+#[tokio::test]
+async fn when_everything_is_rejected_the_message_is_dropped_and_counted() {
+    let f = fixture();
+    for t in [RESPONSES, DLQ] {
+        f.cluster
+            .topic_error(
+                t,
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+            )
+            .unwrap();
+    }
+    let r = f
+        .publisher
+        .publish(&outgoing(), &CancellationToken::new())
+        .await;
+    assert_eq!(r.unwrap(), Published::Dropped);
+    assert_eq!(f.metrics.responses_dropped.get(), 1);
+    assert_eq!(f.metrics.publish_failures.get(), 3, "each rejected once");
+    assert!(f.health.readiness(f._scratch.path()).ready);
 }
 
 #[tokio::test]

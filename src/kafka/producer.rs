@@ -1,11 +1,18 @@
 //! Publishing responses: idempotent producer, acks=all. A job is not done until its response
 //! is acknowledged, so its offset is held while publishing fails:
 //!
-//! 1. the response is retried with backoff (`publish_attempts` times);
-//! 2. then the request, its response and the error go to the dead-letter topic, which ends the
-//!    message (a poison response never blocks its partition);
-//! 3. if that fails too, both are retried for as long as it takes, the offset stays held (so the
-//!    partition stops committing past it) and `/health/ready` reports `publishing: false`.
+//! 1. A failure that another try may cure (broker unreachable, timeouts, leadership moving) is
+//!    retried with backoff for as long as it takes: after `publish_attempts` of them the pod
+//!    reports `publishing: false`, which pauses its intake, until the record goes through. A
+//!    broker outage never turns answers into dead letters; at shutdown the message is left
+//!    uncommitted and redelivered.
+//! 2. A record the broker rejects for good (too large, invalid, not authorised) goes to the
+//!    dead-letter topic instead: the request, its response and the error.
+//! 3. If the dead letter is rejected too, a minimal failure response (the ids and an `internal`
+//!    error, a few hundred bytes) is published in its place.
+//! 4. If even that is rejected, the message is logged with its coordinates, counted
+//!    (`media_worker_responses_dropped_total`) and committed: one record never blocks its
+//!    partition.
 //!
 //! A delivery report carrying an error is a failed attempt, not a publish. When the idempotent
 //! producer hits a fatal error (it can then send nothing more), it is replaced by a new one.
@@ -14,7 +21,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
@@ -29,7 +36,7 @@ pub struct Publisher {
     producer: RwLock<FutureProducer>,
     topic: String,
     dlq_topic: String,
-    attempts_before_dlq: u32,
+    attempts_before_hold: u32,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
 }
@@ -44,13 +51,21 @@ pub struct Outgoing<'a> {
     pub source_topic: &'a str,
     pub source_partition: i32,
     pub source_offset: i64,
+    /// The minimal failure response published when neither the response nor its dead letter
+    /// is accepted.
+    pub fallback: &'a [u8],
 }
 
 /// How a message ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Published {
     Response,
+    /// The broker rejected the response: the request went to the dead-letter topic.
     DeadLettered,
+    /// Response and dead letter rejected: a minimal failure response stands for them.
+    Minimal,
+    /// Nothing could be published (logged and counted); the offset is committed all the same.
+    Dropped,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,10 +75,43 @@ pub struct PublishAbandoned {
     pub last: String,
 }
 
-/// Marks the worker not ready while a message can be neither published nor dead-lettered.
-struct Blocked<'a>(Option<&'a Health>);
+/// How a send failed.
+enum SendError {
+    /// The broker will never take this record (too large, invalid, not authorised).
+    Rejected(String),
+    /// Anything else (unreachable, timed out, leader moving): worth trying again.
+    Failed(String),
+}
 
-impl<'a> Blocked<'a> {
+impl SendError {
+    fn of(e: &KafkaError) -> SendError {
+        use RDKafkaErrorCode::*;
+        let permanent = matches!(
+            e.rdkafka_error_code(),
+            Some(
+                InvalidMessageSize
+                    | MessageSizeTooLarge
+                    | InvalidTopic
+                    | InvalidRequiredAcks
+                    | TopicAuthorizationFailed
+                    | ClusterAuthorizationFailed
+                    | UnsupportedForMessageFormat
+                    | PolicyViolation
+                    | InvalidRecord
+            )
+        );
+        if permanent {
+            SendError::Rejected(e.to_string())
+        } else {
+            SendError::Failed(e.to_string())
+        }
+    }
+}
+
+/// Marks the worker not ready (intake paused) while a record is held by failing sends.
+struct Held<'a>(Option<&'a Health>);
+
+impl<'a> Held<'a> {
     fn set(&mut self, health: &'a Health) {
         if self.0.is_none() {
             health.publish_blocked(true);
@@ -72,7 +120,7 @@ impl<'a> Blocked<'a> {
     }
 }
 
-impl Drop for Blocked<'_> {
+impl Drop for Held<'_> {
     fn drop(&mut self) {
         if let Some(h) = self.0 {
             h.publish_blocked(false);
@@ -92,50 +140,85 @@ impl Publisher {
             config,
             topic: settings.response_topic.clone(),
             dlq_topic: settings.dlq_topic.clone(),
-            attempts_before_dlq: settings.publish_attempts.max(1),
+            attempts_before_hold: settings.publish_attempts.max(1),
             metrics,
             health,
         })
     }
 
-    /// Publishes the response (or dead-letters it, see the module doc) unless `give_up` is
-    /// cancelled first.
+    /// Publishes the response, or what stands for it (see the module doc), unless `give_up`
+    /// is cancelled first.
     pub async fn publish(
         &self,
         out: &Outgoing<'_>,
         give_up: &CancellationToken,
     ) -> Result<Published, PublishAbandoned> {
-        let mut blocked = Blocked(None);
+        let mut held = Held(None);
+        let payload = (out.payload, out.traceparent);
+        let Some(why) = self
+            .send_until_rejected(&self.topic, out, payload, give_up, &mut held)
+            .await?
+        else {
+            return Ok(Published::Response);
+        };
+        let record = self.dead_letter(out, &why);
+        let dead = (record.as_slice(), out.traceparent);
+        let Some(why_dlq) = self
+            .send_until_rejected(&self.dlq_topic, out, dead, give_up, &mut held)
+            .await?
+        else {
+            self.metrics.dead_lettered.inc();
+            tracing::error!(key = out.key, topic = %self.dlq_topic, error = %why,
+                "response rejected by the broker: request dead-lettered");
+            return Ok(Published::DeadLettered);
+        };
+        let fallback = (out.fallback, out.traceparent);
+        let Some(why_fallback) = self
+            .send_until_rejected(&self.topic, out, fallback, give_up, &mut held)
+            .await?
+        else {
+            self.metrics.minimal_responses.inc();
+            tracing::error!(key = out.key, error = %why, dead_letter = %why_dlq,
+                "response and dead letter rejected: a minimal failure response was published");
+            return Ok(Published::Minimal);
+        };
+        self.metrics.responses_dropped.inc();
+        tracing::error!(key = out.key, topic = out.source_topic, partition = out.source_partition,
+            offset = out.source_offset, error = %why, dead_letter = %why_dlq, minimal = %why_fallback,
+            "nothing about this request could be published: dropped, its offset committed");
+        Ok(Published::Dropped)
+    }
+
+    /// Sends one record until it is delivered (`None`) or the broker rejects it for good
+    /// (`Some(why)`); other failures are retried with backoff for as long as it takes, and after
+    /// `publish_attempts` of them the pod is not ready (its intake pauses) until it goes through.
+    async fn send_until_rejected<'a>(
+        &'a self,
+        topic: &str,
+        out: &Outgoing<'_>,
+        (payload, traceparent): (&[u8], Option<&str>),
+        give_up: &CancellationToken,
+        held: &mut Held<'a>,
+    ) -> Result<Option<String>, PublishAbandoned> {
         let mut attempts = 0;
         loop {
             attempts += 1;
             let err = match self
-                .send(&self.topic, out.key, out.payload, out.traceparent, give_up)
+                .send(topic, out.key, payload, traceparent, give_up)
                 .await
             {
-                Ok(()) => return Ok(Published::Response),
-                Err(e) => e,
+                Ok(()) => return Ok(None),
+                Err(SendError::Rejected(why)) => {
+                    self.metrics.publish_failures.inc();
+                    tracing::warn!(topic, key = out.key, error = %why, "record rejected by the broker");
+                    return Ok(Some(why));
+                }
+                Err(SendError::Failed(e)) => e,
             };
             self.metrics.publish_failures.inc();
-            tracing::warn!(attempts, error = %err, key = out.key, "response publish failed");
-            if attempts >= self.attempts_before_dlq && !give_up.is_cancelled() {
-                let record = self.dead_letter(out, &err);
-                match self
-                    .send(&self.dlq_topic, out.key, &record, out.traceparent, give_up)
-                    .await
-                {
-                    Ok(()) => {
-                        self.metrics.dead_lettered.inc();
-                        tracing::error!(key = out.key, topic = %self.dlq_topic, error = %err,
-                            "response not publishable: request dead-lettered");
-                        return Ok(Published::DeadLettered);
-                    }
-                    Err(dlq) => {
-                        tracing::error!(key = out.key, error = %dlq,
-                            "dead-letter publish failed too: offset held, not ready");
-                        blocked.set(&self.health);
-                    }
-                }
+            tracing::warn!(topic, attempts, error = %err, key = out.key, "publish failed, will retry");
+            if attempts >= self.attempts_before_hold {
+                held.set(&self.health);
             }
             let wait = backoff(
                 attempts,
@@ -157,7 +240,7 @@ impl Publisher {
         payload: &[u8],
         traceparent: Option<&str>,
         give_up: &CancellationToken,
-    ) -> Result<(), String> {
+    ) -> Result<(), SendError> {
         let mut headers = OwnedHeaders::new().insert(Header {
             key: "content-type",
             value: Some("application/json"),
@@ -175,9 +258,9 @@ impl Publisher {
         let producer = self.producer.read().unwrap().clone();
         let result = tokio::select! {
             r = producer.send(record, Timeout::After(Duration::from_secs(30))) => {
-                r.map(|_| ()).map_err(|(e, _)| e.to_string())
+                r.map(|_| ()).map_err(|(e, _)| SendError::of(&e))
             }
-            _ = give_up.cancelled() => Err("shutdown deadline".to_owned()),
+            _ = give_up.cancelled() => Err(SendError::Failed("shutdown deadline".to_owned())),
         };
         if result.is_err() {
             self.replace_if_fatal(&producer);

@@ -7,7 +7,7 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::contract::{OptimizeResponse, Stage};
+use crate::contract::{ErrorBody, ErrorCode, OptimizeResponse, Stage, Status};
 use crate::kafka::producer::{Outgoing, PublishAbandoned};
 use crate::kafka::{Delivery, Publisher};
 use crate::telemetry::{Metrics, traces};
@@ -23,6 +23,28 @@ pub fn key(response: &OptimizeResponse, d: &Delivery) -> String {
         .unwrap_or_else(|| format!("{}-{}-{}", d.topic, d.partition, d.offset))
 }
 
+/// What is published when neither `response` nor its dead letter is accepted by the broker: the
+/// same ids, no outputs or analysis, an `internal` error. A few hundred bytes: the ids are
+/// bounded by validation.
+pub fn minimal(response: &OptimizeResponse) -> OptimizeResponse {
+    OptimizeResponse {
+        success: false,
+        status: Status::Failed,
+        source: None,
+        outputs: Vec::new(),
+        analysis: None,
+        warnings: Vec::new(),
+        error: Some(ErrorBody {
+            code: ErrorCode::Internal,
+            message: "the response was rejected by the broker, and so was its dead letter".into(),
+            stage: Stage::Publish,
+            retryable: false,
+        }),
+        replayed: false,
+        ..response.clone()
+    }
+}
+
 /// Publishes `response` (the answer to `d`) on `topic`; `give_up` ends the attempts when the job
 /// is abandoned at shutdown.
 pub async fn run(
@@ -35,6 +57,7 @@ pub async fn run(
 ) -> Result<(), PublishAbandoned> {
     let key = key(response, d);
     let payload = serde_json::to_vec(response).expect("response serialises");
+    let fallback = serde_json::to_vec(&minimal(response)).expect("response serialises");
     let span = tracing::info_span!(
         "kafka.send_processing_result",
         otel.kind = "producer",
@@ -53,6 +76,7 @@ pub async fn run(
         source_topic: &d.topic,
         source_partition: d.partition,
         source_offset: d.offset,
+        fallback: &fallback,
     };
     publisher.publish(&out, give_up).instrument(span).await?;
     metrics.observe_stage(Stage::Publish, started.elapsed());

@@ -39,6 +39,8 @@ pub struct Metrics {
     pub video_encoded_seconds: Counter,
     pub replays: IntCounter,
     pub dead_lettered: IntCounter,
+    pub minimal_responses: IntCounter,
+    pub responses_dropped: IntCounter,
     pub producer_restarts: IntCounter,
     pub ready: IntGauge,
 }
@@ -164,6 +166,16 @@ impl Metrics {
                      signal: lag counts a 60 s video and a 50 ms thumbnail the same)",
                 )
                 .unwrap(),
+            ),
+            minimal_responses: counter(
+                "minimal_responses_total",
+                "Responses replaced by a minimal failure response (response and dead letter \
+                 rejected by the broker)",
+            ),
+            responses_dropped: counter(
+                "responses_dropped_total",
+                "Requests for which nothing could be published (logged with their coordinates, \
+                 committed)",
             ),
             dead_lettered: counter(
                 "kafka_dead_lettered_total",
