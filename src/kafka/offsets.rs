@@ -8,7 +8,12 @@
 //!
 //! Each assignment of a partition gets a new generation: a job that finishes after its
 //! partition was revoked (and perhaps assigned again) carries the old generation and is ignored,
-//! so it never commits for a partition this worker no longer owns.
+//! so it never commits for a partition this worker no longer owns. Such a job still runs, so it
+//! still counts in [`OffsetTracker::in_flight`] (against `MAX_IN_FLIGHT`) until it ends.
+//!
+//! A message below the partition's committed position is finished work (a commit covers only
+//! finished offsets): one fetched before a rebalance split the partition's queue can still
+//! arrive, and is not dispatched again.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -44,6 +49,8 @@ impl PartitionState {
 pub struct OffsetTracker {
     parts: HashMap<Tp, PartitionState>,
     generations: u64,
+    /// Jobs still running for revoked partitions, by generation.
+    orphans: HashMap<u64, usize>,
 }
 
 impl OffsetTracker {
@@ -59,9 +66,13 @@ impl OffsetTracker {
         );
     }
 
-    /// Stops tracking a revoked partition.
+    /// Stops tracking a revoked partition; its running jobs still count until they end.
     pub fn revoke(&mut self, tp: &Tp) {
-        self.parts.remove(tp);
+        if let Some(st) = self.parts.remove(tp) {
+            if !st.in_flight.is_empty() {
+                *self.orphans.entry(st.generation).or_default() += st.in_flight.len();
+            }
+        }
     }
 
     /// The partitions assigned now.
@@ -69,9 +80,13 @@ impl OffsetTracker {
         self.parts.keys()
     }
 
-    /// Records a message handed to a job; `None` if its partition is not assigned.
+    /// Records a message handed to a job; `None` if its partition is not assigned, or if the
+    /// offset is below the position already committed (finished work: not done twice).
     pub fn dispatched(&mut self, topic: &str, partition: i32, offset: i64) -> Option<OffsetToken> {
         let st = self.parts.get_mut(&(topic.to_owned(), partition))?;
+        if st.committed.is_some_and(|c| offset < c) {
+            return None;
+        }
         st.in_flight.insert(offset);
         st.next = Some(st.next.map_or(offset + 1, |n| n.max(offset + 1)));
         Some(OffsetToken {
@@ -82,17 +97,27 @@ impl OffsetTracker {
         })
     }
 
-    /// Records a finished job (its response is published). Returns false for a stale token.
+    /// Records a finished job (its response is published). Returns false for a stale token
+    /// (its partition was revoked meanwhile): nothing to commit, one orphan fewer.
     pub fn finished(&mut self, t: &OffsetToken) -> bool {
         match self.parts.get_mut(&(t.topic.clone(), t.partition)) {
             Some(st) if st.generation == t.generation => st.in_flight.remove(&t.offset),
-            _ => false,
+            _ => {
+                if let Some(n) = self.orphans.get_mut(&t.generation) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.orphans.remove(&t.generation);
+                    }
+                }
+                false
+            }
         }
     }
 
-    /// Messages dispatched and not finished, over all partitions.
+    /// Messages dispatched and not finished, over all partitions, revoked ones included.
     pub fn in_flight(&self) -> usize {
-        self.parts.values().map(|s| s.in_flight.len()).sum()
+        let assigned: usize = self.parts.values().map(|s| s.in_flight.len()).sum();
+        assigned + self.orphans.values().sum::<usize>()
     }
 
     pub fn in_flight_on(&self, tp: &Tp) -> usize {
@@ -173,5 +198,58 @@ mod tests {
         assert_eq!(t.in_flight(), 1);
         assert!(t.finished(&new));
         assert!(t.dispatched("req", 7, 0).is_none(), "unassigned partition");
+    }
+
+    #[test]
+    fn jobs_of_a_revoked_partition_count_until_they_end() {
+        let mut t = OffsetTracker::default();
+        t.assign(tp(0));
+        t.assign(tp(1));
+        let a = t.dispatched("req", 0, 0).unwrap();
+        let b = t.dispatched("req", 0, 1).unwrap();
+        t.dispatched("req", 1, 0).unwrap();
+        t.revoke(&tp(0));
+        assert_eq!(
+            t.in_flight(),
+            3,
+            "the revoked partition's two jobs still run"
+        );
+        assert!(
+            !t.finished(&a),
+            "nothing to commit for a partition not owned"
+        );
+        assert_eq!(t.in_flight(), 2);
+        assert!(!t.finished(&b));
+        assert_eq!(t.in_flight(), 1);
+        assert!(!t.finished(&b), "a second report changes nothing");
+        assert_eq!(t.in_flight(), 1);
+    }
+
+    #[test]
+    fn nothing_below_a_committed_position_is_dispatched_again() {
+        // The queue-split window: a message fetched into the consumer's own queue before its
+        // partition's queue was split arrives after later offsets were done and committed.
+        let mut t = OffsetTracker::default();
+        t.assign(tp(0));
+        for o in [4, 5] {
+            let done = t.dispatched("req", 0, o).unwrap();
+            assert!(t.finished(&done));
+        }
+        assert_eq!(t.committable(false), vec![(tp(0), 6)]);
+        t.mark_committed(&tp(0), 6);
+        assert!(
+            t.dispatched("req", 0, 4).is_none(),
+            "finished and committed"
+        );
+        assert!(t.dispatched("req", 0, 5).is_none());
+        assert!(
+            t.dispatched("req", 0, 6).is_some(),
+            "the next one is new work"
+        );
+        assert_eq!(
+            t.committable(false),
+            Vec::new(),
+            "and the position never goes back"
+        );
     }
 }
