@@ -86,6 +86,11 @@ impl Health {
         }
     }
 
+    /// Responses retried for as long as it takes (see `kafka::producer`), holding their offsets.
+    pub fn held_publishes(&self) -> u32 {
+        self.blocked_publishes.load(Ordering::Relaxed)
+    }
+
     /// Why this pod should not take new work now, if it should not: scratch space low, the
     /// output store unreachable, or a response that cannot be published. The consumer stops
     /// dispatching while this holds (it stays in the group; running jobs go on).

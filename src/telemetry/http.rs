@@ -49,6 +49,9 @@ async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
         s.metrics.scratch_free_bytes.set(free as i64);
     }
     s.metrics.ready.set(r.ready as i64);
+    s.metrics
+        .responses_held
+        .set(i64::from(s.health.held_publishes()));
     let jobs = s.registry.snapshot();
     s.metrics.in_flight.set(jobs.len() as i64);
     s.metrics.update_backlog(

@@ -40,6 +40,7 @@ pub struct Metrics {
     pub replays: IntCounter,
     pub dead_lettered: IntCounter,
     pub minimal_responses: IntCounter,
+    pub responses_held: IntGauge,
     pub responses_dropped: IntCounter,
     pub producer_restarts: IntCounter,
     pub ready: IntGauge,
@@ -171,6 +172,11 @@ impl Metrics {
                 "minimal_responses_total",
                 "Responses replaced by a minimal failure response (response and dead letter \
                  rejected by the broker)",
+            ),
+            responses_held: gauge(
+                "responses_held",
+                "Responses the broker cannot take now, retried for as long as it takes (their \
+                 offsets held, intake paused)",
             ),
             responses_dropped: counter(
                 "responses_dropped_total",
