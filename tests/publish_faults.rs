@@ -250,3 +250,100 @@ async fn a_fatal_producer_error_replaces_the_producer() {
     assert!(f.publisher.producer().client().fatal_error().is_none());
     assert_eq!(read_all(&f.cluster, RESPONSES, 1).len(), 1);
 }
+
+/// The whole worker, in process, against a MockCluster whose response topic has no leader for a
+/// while: the answer is held (never dead-lettered), the worker is not ready and takes no new
+/// work; once the topic is back every request is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_topic_outage_pauses_intake_and_loses_nothing() {
+    use media_worker::contract::OptimizeRequest;
+    use media_worker::storage::LocalStorage;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+
+    let cluster = MockCluster::new(1).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
+    let env = [
+        ("KAFKA_BOOTSTRAP_SERVERS", cluster.bootstrap_servers()),
+        ("KAFKA_RESPONSE_TOPIC", RESPONSES.to_owned()),
+        ("KAFKA_DLQ_TOPIC", DLQ.to_owned()),
+        ("KAFKA_PUBLISH_ATTEMPTS", "2".to_owned()),
+        ("KAFKA_PROPERTY_MESSAGE_TIMEOUT_MS", "2000".to_owned()),
+        ("KAFKA_COMMIT_INTERVAL_MS", "200".to_owned()),
+        ("HTTP_ADDR", "127.0.0.1:0".to_owned()),
+        ("TMP_DIR", tmp.path().join("scratch").display().to_string()),
+    ];
+    let settings = Settings::load_from(None, env.map(|(k, v)| (k.to_owned(), v))).unwrap();
+    let requests = settings.kafka.request_topic.clone();
+    for t in [requests.as_str(), RESPONSES, DLQ] {
+        cluster.create_topic(t, 1, 1).unwrap();
+    }
+    let storage = LocalStorage::new(tmp.path().join("store")).with_bucket("uploads", &corpus);
+    let svc = media_worker::job::services(Arc::new(settings), Arc::new(storage)).unwrap();
+    let (metrics, health) = (svc.metrics.clone(), svc.health.clone());
+    let stop = media_worker::shutdown::Shutdown::new();
+    let running = tokio::spawn(media_worker::worker::run(svc, stop.clone(), None));
+
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap_servers())
+        .create()
+        .unwrap();
+    let send = |i: usize| {
+        let req = OptimizeRequest::new(
+            format!("req-{i}"),
+            format!("m{i}"),
+            "u1",
+            "uploads",
+            "pillow_flower.jpg".into(),
+        );
+        let (producer, requests) = (producer.clone(), requests.clone());
+        async move {
+            let payload = serde_json::to_vec(&req).unwrap();
+            let record = FutureRecord::to(&requests)
+                .key(&req.media_id)
+                .payload(&payload);
+            producer
+                .send(record, Duration::from_secs(10))
+                .await
+                .unwrap();
+        }
+    };
+    cluster
+        .topic_error(
+            RESPONSES,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
+        )
+        .unwrap();
+    send(0).await;
+    let scratch = tmp.path().join("scratch");
+    common::wait_until(
+        "the answer held, intake paused",
+        Duration::from_secs(60),
+        || {
+            let held = health.held_publishes() == 1 && !health.readiness(&scratch).publishing;
+            (held && metrics.paused.get() == 1).then_some(())
+        },
+    )
+    .await;
+    send(1).await;
+    send(2).await;
+    // A negative cannot be awaited: over 2 s (10 commit intervals) nothing new is taken.
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < until {
+        assert_eq!(metrics.requests_received.get(), 1, "taken while not ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster
+        .topic_error(RESPONSES, RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR)
+        .unwrap();
+    let got = tokio::task::block_in_place(|| read_all(&cluster, RESPONSES, 3));
+    assert_eq!(got.len(), 3, "every request answered");
+    assert!(got.iter().all(|r| r["status"] == "completed"), "{got:?}");
+    assert_eq!(
+        metrics.dead_lettered.get(),
+        0,
+        "an outage is no reason to dead-letter"
+    );
+    stop.drain();
+    running.await.unwrap().unwrap();
+}
