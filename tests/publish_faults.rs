@@ -64,6 +64,26 @@ fn fixture_with(extra: &[(&str, &str)]) -> Fixture {
     }
 }
 
+/// The broker refuses every record of `topics` for good.
+fn reject(f: &Fixture, topics: &[&str]) {
+    for t in topics {
+        f.cluster
+            .topic_error(
+                t,
+                RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+            )
+            .unwrap();
+    }
+}
+
+/// One publish of the test record, never given up.
+async fn publish(f: &Fixture) -> Published {
+    f.publisher
+        .publish(&outgoing(), &CancellationToken::new())
+        .await
+        .unwrap()
+}
+
 fn outgoing() -> Outgoing<'static> {
     Outgoing {
         key: "m1",
@@ -105,17 +125,8 @@ fn read_all(
 #[tokio::test]
 async fn an_unpublishable_response_is_dead_lettered() {
     let f = fixture();
-    f.cluster
-        .topic_error(
-            RESPONSES,
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
-        )
-        .unwrap();
-    let r = f
-        .publisher
-        .publish(&outgoing(), &CancellationToken::new())
-        .await;
-    assert_eq!(r.unwrap(), Published::DeadLettered);
+    reject(&f, &[RESPONSES]);
+    assert_eq!(publish(&f).await, Published::DeadLettered);
     assert_eq!(f.metrics.dead_lettered.get(), 1);
     assert_eq!(
         f.metrics.publish_failures.get(),
@@ -209,19 +220,8 @@ async fn a_response_too_large_for_the_broker_is_replaced_by_a_minimal_one() {
 #[tokio::test]
 async fn when_everything_is_rejected_the_message_is_dropped_and_counted() {
     let f = fixture();
-    for t in [RESPONSES, DLQ] {
-        f.cluster
-            .topic_error(
-                t,
-                RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
-            )
-            .unwrap();
-    }
-    let r = f
-        .publisher
-        .publish(&outgoing(), &CancellationToken::new())
-        .await;
-    assert_eq!(r.unwrap(), Published::Dropped);
+    reject(&f, &[RESPONSES, DLQ]);
+    assert_eq!(publish(&f).await, Published::Dropped);
     assert_eq!(f.metrics.responses_dropped.get(), 1);
     assert_eq!(f.metrics.publish_failures.get(), 3, "each rejected once");
     assert!(f.health.readiness(f._scratch.path()).ready);
@@ -241,11 +241,7 @@ async fn a_fatal_producer_error_replaces_the_producer() {
         );
     }
     assert!(broken.client().fatal_error().is_some());
-    let r = f
-        .publisher
-        .publish(&outgoing(), &CancellationToken::new())
-        .await;
-    assert_eq!(r.unwrap(), Published::Response);
+    assert_eq!(publish(&f).await, Published::Response);
     assert_eq!(f.metrics.producer_restarts.get(), 1);
     assert!(f.publisher.producer().client().fatal_error().is_none());
     assert_eq!(read_all(&f.cluster, RESPONSES, 1).len(), 1);

@@ -108,7 +108,15 @@ struct Waiting<'a> {
     deadline: Instant,
 }
 
-impl Waiting<'_> {
+impl<'a> Waiting<'a> {
+    fn new(what: &'a str, timeout: Duration) -> Self {
+        Waiting {
+            what,
+            timeout,
+            deadline: Instant::now() + timeout,
+        }
+    }
+
     fn check<T>(&self, f: &mut impl FnMut() -> Option<T>) -> Option<T> {
         let v = f();
         let (what, timeout) = (self.what, self.timeout);
@@ -123,11 +131,7 @@ impl Waiting<'_> {
 /// Polls `f` every 50 ms until it returns Some, or panics after `timeout`. (For an async test
 /// on a current-thread runtime, see [`wait_until`].)
 pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let w = Waiting {
-        what,
-        timeout,
-        deadline: Instant::now() + timeout,
-    };
+    let w = Waiting::new(what, timeout);
     loop {
         match w.check(&mut f) {
             Some(v) => return v,
@@ -139,11 +143,7 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
 /// As [`wait_for`], sleeping on the async runtime between polls (the awaited event may come
 /// from a task on the same thread).
 pub async fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let w = Waiting {
-        what,
-        timeout,
-        deadline: Instant::now() + timeout,
-    };
+    let w = Waiting::new(what, timeout);
     loop {
         match w.check(&mut f) {
             Some(v) => return v,
