@@ -29,6 +29,8 @@ pub async fn run(
     std::fs::create_dir_all(&out)?;
     let out = out.canonicalize()?;
     settings.worker.tmp_dir = out.join(".scratch");
+    // No pod here to be unwell: a local fault is answered, never held (see `job::runner`).
+    settings.worker.min_scratch_free_bytes = 0;
     let storage = LocalStorage::new(&out)
         .with_bucket(SOURCE_BUCKET, "/")
         .with_bucket(&settings.storage.output_bucket, &out);

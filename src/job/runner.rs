@@ -10,15 +10,15 @@ use tracing::Instrument;
 
 use crate::contract::{ErrorCode, OptimizeRequest, OptimizeResponse, Stage};
 use crate::media::{self, Control, Event};
+use crate::retry;
+use crate::scratch::ScratchDir;
 use crate::shutdown::Shutdown;
 use crate::stages::manifest::{self, Manifest};
 use crate::stages::{download, upload};
+use crate::telemetry::registry::{JobHandle, Phase};
 
 use super::response::{self, Done, Ending, Failure};
 use super::services::Services;
-use crate::retry;
-use crate::scratch::ScratchDir;
-use crate::telemetry::registry::{JobHandle, Phase};
 
 #[derive(Clone)]
 pub struct JobRunner {
@@ -84,11 +84,11 @@ impl JobRunner {
         let fingerprint = manifest::fingerprint(&svc.settings, profile);
         let stored = manifest::lookup(&*svc.storage, bucket, &fingerprint, req).await;
         if let Some(done) = stored.map(|m| replayed(m, req)) {
-            self.svc.metrics.replays.inc();
+            svc.metrics.replays.inc();
             tracing::info!(job = job.id(), "replayed from the manifest");
-            return response::for_request(&self.svc.worker, req, Ending::Done(done), 1, started);
+            return response::for_request(&svc.worker, req, Ending::Done(done), 1, started);
         }
-        let settings = &self.svc.settings;
+        let settings = &svc.settings;
         let max_attempts = settings.worker.retry_count + 1;
         // `attempt` counts every attempt (reported); `tries` those since the pod was last well.
         let (mut attempt, mut tries) = (0, 0);
@@ -102,7 +102,7 @@ impl JobRunner {
                 Ok(done) => break Ending::Done(done),
                 Err((failure, _)) if failure.error.is_transient() && tries < max_attempts => {
                     let code = failure.error.code().as_str();
-                    self.svc.metrics.retries.with_label_values(&[code]).inc();
+                    svc.metrics.retries.with_label_values(&[code]).inc();
                     tracing::warn!(job = job.id(), attempt, stage = failure.stage.as_str(),
                         error = %failure.error, "transient failure, will retry");
                     job.phase(Phase::Backoff);
@@ -125,7 +125,7 @@ impl JobRunner {
                 }
             }
         };
-        response::for_request(&self.svc.worker, req, ending, attempt, started)
+        response::for_request(&svc.worker, req, ending, attempt, started)
     }
 
     /// Waits while the pod cannot take work (`Health::intake_blocker`); false when it is well
@@ -136,12 +136,11 @@ impl JobRunner {
         };
         tracing::warn!(job = job.id(), reason, stage = failure.stage.as_str(), error = %failure.error,
             "the pod is not well: job held until it is");
-        self.svc.metrics.held_jobs.inc();
+        let _held = self.svc.metrics.held_job();
         job.phase(Phase::Held);
         while self.blocker(failure).await.is_some() {
             tokio::time::sleep(HOLD_CHECK).await;
         }
-        self.svc.metrics.held_jobs.dec();
         tracing::info!(job = job.id(), "the pod is well again: job resumed");
         true
     }

@@ -270,9 +270,13 @@ impl Metrics {
     }
 
     /// Counts a pool permit as busy until the guard drops.
-    pub fn busy_permit(&self) -> BusyGuard<'_> {
-        self.pool_busy.inc();
-        BusyGuard(&self.pool_busy)
+    pub fn busy_permit(&self) -> Counted<'_> {
+        Counted::new(&self.pool_busy)
+    }
+
+    /// Counts a job as held until the guard drops (also when the job is dropped meanwhile).
+    pub fn held_job(&self) -> Counted<'_> {
+        Counted::new(&self.held_jobs)
     }
 
     /// The text exposition format.
@@ -291,9 +295,17 @@ impl Default for Metrics {
     }
 }
 
-pub struct BusyGuard<'a>(&'a IntGauge);
+/// One unit of a gauge, from creation until drop.
+pub struct Counted<'a>(&'a IntGauge);
 
-impl Drop for BusyGuard<'_> {
+impl<'a> Counted<'a> {
+    fn new(gauge: &'a IntGauge) -> Self {
+        gauge.inc();
+        Counted(gauge)
+    }
+}
+
+impl Drop for Counted<'_> {
     fn drop(&mut self) {
         self.0.dec();
     }
