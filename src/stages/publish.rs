@@ -26,10 +26,17 @@ pub fn key(response: &OptimizeResponse, d: &Delivery) -> String {
 /// What is published when neither `response` nor its dead letter is accepted by the broker: the
 /// same ids, no outputs or analysis, an `internal` error. A few hundred bytes: the ids are
 /// bounded by validation.
-pub fn minimal(response: &OptimizeResponse) -> OptimizeResponse {
+pub fn minimal(r: &OptimizeResponse) -> OptimizeResponse {
+    // Field by field: cloning the whole response would copy its outputs and analysis on every
+    // job, only to drop them.
     OptimizeResponse {
+        schema_version: r.schema_version,
+        request_id: r.request_id.clone(),
+        media_id: r.media_id.clone(),
+        user_id: r.user_id.clone(),
         success: false,
         status: Status::Failed,
+        media_type: r.media_type,
         source: None,
         outputs: Vec::new(),
         analysis: None,
@@ -40,8 +47,11 @@ pub fn minimal(response: &OptimizeResponse) -> OptimizeResponse {
             stage: Stage::Publish,
             retryable: false,
         }),
+        attempts: r.attempts,
+        duration_ms: r.duration_ms,
+        worker: r.worker.clone(),
+        completed_at: r.completed_at.clone(),
         replayed: false,
-        ..response.clone()
     }
 }
 
