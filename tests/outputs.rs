@@ -179,7 +179,7 @@ fn public_outputs_carry_none_of_the_uploaders_metadata() {
         "{sources_with_exif} sources with EXIF"
     );
     let roles: BTreeMap<&str, usize> = outputs.iter().fold(BTreeMap::new(), |mut m, (_, f)| {
-        *m.entry(f.role).or_default() += 1;
+        *m.entry(f.role.as_str()).or_default() += 1;
         m
     });
     for role in ["variant", "thumbnail", "poster", "rendition"] {

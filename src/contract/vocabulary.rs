@@ -133,7 +133,7 @@ impl MediaType {
 }
 
 /// An output image format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OutputFormat {
     Webp,
@@ -185,7 +185,7 @@ impl OutputFormat {
 
 /// A failure and the stage of the job it happened in (`Failure<MediaError>` from the media
 /// code, `Failure<JobError>` once classified).
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Failure<E> {
     pub stage: Stage,
     pub error: E,

@@ -26,7 +26,7 @@ impl<'a> Control<'a> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Event {
     /// A stage starts.
     Stage(Stage),

@@ -7,7 +7,7 @@ use crate::contract::{Failure, Stage};
 
 /// A media failure. `Timeout` is the one time-limit error of a job: native work (or an ffmpeg
 /// run) over its limit, permanent because such an input is as slow on every attempt.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum MediaError {
     #[error("unsupported media: {0}")]
     Unsupported(String),

@@ -27,7 +27,7 @@ use sniff::Sniffed;
 
 pub use control::{Control, Event};
 pub use error::{MediaError, MediaFailure};
-pub use output::{FileFormat, MediaOutput, ProducedFile};
+pub use output::{FileFormat, MediaOutput, ProducedFile, Role};
 pub use probe::Probe;
 pub use settings::MediaJob;
 

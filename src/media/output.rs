@@ -2,15 +2,17 @@
 
 use std::path::PathBuf;
 
+use serde::{Deserialize, Serialize};
+
 use crate::contract::{Analysis, MediaType, OutputFormat, Rect, Warning};
 
 /// One file written to the scratch output directory.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProducedFile {
     /// File name, which is also the last part of its object key (e.g. `640w.webp`).
     pub name: String,
     pub path: PathBuf,
-    pub role: &'static str,
+    pub role: Role,
     pub format: FileFormat,
     pub width: u32,
     pub height: u32,
@@ -22,7 +24,7 @@ pub struct ProducedFile {
 }
 
 /// What a produced file is encoded as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FileFormat {
     Image(OutputFormat),
     /// H.264 + AAC in MP4.
@@ -44,10 +46,37 @@ impl FileFormat {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct MediaOutput {
     pub media_type: MediaType,
     pub files: Vec<ProducedFile>,
     pub analysis: Option<Analysis>,
     pub warnings: Vec<Warning>,
+}
+
+/// What a produced file is for (the response's `role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Variant,
+    Thumbnail,
+    Rendition,
+    Poster,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Variant => "variant",
+            Self::Thumbnail => "thumbnail",
+            Self::Rendition => "rendition",
+            Self::Poster => "poster",
+        }
+    }
+}
+
+impl PartialEq<&str> for Role {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }

@@ -3,12 +3,12 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::contract::{MediaType, OutputFormat};
 
 /// What to do with one input.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MediaJob {
     pub profile: Profile,
     pub limits: Limits,
@@ -20,7 +20,7 @@ pub struct MediaJob {
     pub hint: Option<MediaType>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     pub max_input_bytes: u64,
@@ -32,7 +32,7 @@ pub struct Limits {
 }
 
 /// FFmpeg (see `media::video`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VideoSettings {
     pub ffmpeg: PathBuf,
@@ -52,7 +52,7 @@ pub struct VideoSettings {
 }
 
 /// OpenCV analysis (see `media::vision`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AnalysisSettings {
     /// Upper bound on the longest side of the copy analysed (see `analyze::working_side`).
@@ -78,7 +78,7 @@ pub struct AnalysisSettings {
 }
 
 /// What to produce for a request.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
     /// Include the `analysis` block in the response.
@@ -99,7 +99,7 @@ pub struct Profile {
 
 /// One rung of the video ladder: `height` is the shorter displayed side (720 = 720p, also for
 /// a portrait video, which becomes 720x1280).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rendition {
     pub height: u32,
@@ -123,14 +123,14 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ThumbnailSpec {
     pub width: u32,
     pub height: u32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FormatSpec {
     pub format: OutputFormat,

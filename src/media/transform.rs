@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::error::MediaError;
-use super::output::{FileFormat, ProducedFile};
+use super::output::{FileFormat, ProducedFile, Role};
 use super::probe::Colour;
 use super::probe::Probe;
 use super::settings::{FormatSpec, Profile, ThumbnailSpec};
@@ -244,7 +244,7 @@ pub fn run(
         let img = resized.as_ref().unwrap_or(decoded);
         let out = Outputs {
             stem: &format!("{w}w"),
-            role: "variant",
+            role: Role::Variant,
             crop: None,
             dir: out_dir,
         };
@@ -258,7 +258,7 @@ pub fn run(
         let (thumb, crop) = cover_crop(decoded, probe, spec, focal).map_err(transform_err)?;
         let out = Outputs {
             stem: &format!("thumb_{}x{}", spec.width, spec.height),
-            role: "thumbnail",
+            role: Role::Thumbnail,
             crop: Some(crop),
             dir: out_dir,
         };
@@ -302,7 +302,7 @@ fn cover_crop(
 /// Where and as what one image's encodings are written.
 struct Outputs<'a> {
     stem: &'a str,
-    role: &'static str,
+    role: Role,
     crop: Option<Rect>,
     dir: &'a Path,
 }

@@ -50,7 +50,7 @@ async fn upload_one(to: &Destination<'_>, f: &ProducedFile) -> Result<Output, St
     to.storage.upload(bucket, &key, &f.path, &meta).await?;
     to.metrics.bytes_uploaded.inc_by(f.size_bytes);
     Ok(Output {
-        role: f.role.to_owned(),
+        role: f.role.as_str().to_owned(),
         bucket: bucket.to_owned(),
         key,
         format: f.format.name().to_owned(),

@@ -18,7 +18,7 @@ pub use child::{exits_within, kill_all};
 
 use super::control::{Control, Event};
 use super::error::{MediaError, MediaFailure, at, unwind};
-use super::output::{FileFormat, MediaOutput, ProducedFile};
+use super::output::{FileFormat, MediaOutput, ProducedFile, Role};
 use super::settings::{MediaJob, Rendition};
 use crate::contract::{Analysis, MediaType, Stage, VideoAnalysis, Warning};
 use child::ChildError;
@@ -190,7 +190,7 @@ fn rendition(
     Ok(ProducedFile {
         name: name.to_owned(),
         path: path.to_owned(),
-        role: "rendition",
+        role: Role::Rendition,
         format: FileFormat::Mp4,
         width,
         height,
@@ -222,7 +222,7 @@ fn poster_outputs(
         .into_iter()
         .map(|f| ProducedFile {
             name: format!("poster/{}", f.name),
-            role: "poster",
+            role: Role::Poster,
             ..f
         })
         .collect();
