@@ -48,6 +48,15 @@ enum Command {
         #[arg(default_value = "../shared/corpus")]
         dir: PathBuf,
     },
+    /// (Internal) A sandbox child: runs media jobs sent by the worker on stdin.
+    #[command(hide = true)]
+    Sandbox {
+        #[arg(long, default_value_t = 1)]
+        vips_threads: usize,
+        /// The address-space cap the worker set (to name it when an allocation fails).
+        #[arg(long, default_value_t = 0)]
+        memory_limit: u64,
+    },
     /// Write the event contract's JSON Schemas.
     Schemas {
         #[arg(long, default_value = "schemas")]
@@ -59,6 +68,14 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let traces = crate::telemetry::init_logging();
+    // A sandbox child needs no configuration, runtime or traces: jobs arrive complete.
+    if let Command::Sandbox {
+        vips_threads,
+        memory_limit,
+    } = cli.command
+    {
+        return crate::sandbox::child::main(vips_threads, memory_limit);
+    }
     let settings = match Settings::load(cli.config.as_deref()) {
         Ok(s) => s,
         Err(e) => {
@@ -119,6 +136,7 @@ async fn execute(command: Command, settings: Settings) -> anyhow::Result<u8> {
         } else {
             1
         }),
+        Command::Sandbox { .. } => unreachable!("handled before the runtime starts"),
         Command::Schemas { out } => {
             std::fs::create_dir_all(&out)?;
             for (name, text) in crate::contract::schemas() {

@@ -42,10 +42,19 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("VIPS_THREADS", "worker.vips_threads"),
     ("MEDIA_TIMEOUT_SECS", "worker.media_timeout_secs"),
     ("MIN_SCRATCH_FREE_BYTES", "worker.min_scratch_free_bytes"),
+    ("MEDIA_ISOLATION", "worker.isolation"),
+    ("MEDIA_MEMORY_LIMIT_BYTES", "worker.media_memory_limit_bytes"),
+    ("MEDIA_SANDBOX_PROGRAM", "worker.sandbox_program"),
     ("MAX_INPUT_BYTES", "limits.max_input_bytes"),
     ("MAX_IMAGE_PIXELS", "limits.max_image_pixels"),
     ("MAX_VIDEO_SECONDS", "limits.max_video_seconds"),
     ("MAX_VIDEO_PIXELS", "limits.max_video_pixels"),
+    ("MAX_FRAMES", "limits.max_frames"),
+    ("MAX_ANIMATION_PIXELS", "limits.max_animation_pixels"),
+    ("MAX_OUTPUT_FILE_BYTES", "limits.max_output_file_bytes"),
+    ("MAX_VIDEO_FPS", "limits.max_video_fps"),
+    ("MAX_VIDEO_FRAMES", "limits.max_video_frames"),
+    ("MAX_VIDEO_STREAMS", "limits.max_video_streams"),
     ("FFMPEG_THREADS", "video.threads"),
     ("FFMPEG_PRESET", "video.preset"),
     ("VIDEO_TIMEOUT_BASE_SECS", "video.timeout_base_secs"),
@@ -72,6 +81,8 @@ const STRING_KEYS: &[&str] = &[
     "storage.output_bucket",
     "worker.id",
     "worker.tmp_dir",
+    "worker.isolation",
+    "worker.sandbox_program",
     "http.addr",
     "requests.allowed_source_buckets",
     "analysis.face_cascade",
@@ -168,6 +179,28 @@ pub struct WorkerSettings {
     pub media_timeout_secs: u64,
     /// Below this much free scratch space the worker reports not ready.
     pub min_scratch_free_bytes: u64,
+    /// Where media work runs (`MEDIA_ISOLATION`).
+    pub isolation: Isolation,
+    /// Address-space cap of each sandbox child and its ffmpeg; 0 = derived
+    /// ([`Settings::media_memory_limit`]).
+    pub media_memory_limit_bytes: u64,
+    /// A sandbox child is replaced after this many jobs...
+    pub sandbox_recycle_jobs: u32,
+    /// ...or once its resident memory is above this after a job.
+    pub sandbox_recycle_rss_bytes: u64,
+    /// The executable started as `<program> sandbox`; empty = this executable.
+    #[serde(default)]
+    pub sandbox_program: Option<PathBuf>,
+}
+
+/// Where the native media work of a job runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// In a sandboxed child process (see `sandbox`): a crash or a runaway decode costs one job.
+    Process,
+    /// On a thread of the worker (the `process` CLI may use it; a crash takes the process down).
+    Inline,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -267,6 +300,27 @@ impl Settings {
         settings.validate()?;
         Ok(settings)
     }
+}
+
+/// Memory kept for the worker process itself when the children's cap is derived.
+pub const PARENT_RESERVE: u64 = 512 << 20;
+/// The smallest derived cap: the child's own mappings (libraries, thread stacks, allocator
+/// arenas) take about 200 MiB of address space before any decode.
+pub const MIN_MEMORY_LIMIT: u64 = 1 << 30;
+
+/// The memory this process may use: the cgroup v2 or v1 limit, else the machine's memory.
+fn container_memory() -> Option<u64> {
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    let cgroup = read("/sys/fs/cgroup/memory.max")
+        .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|n| *n < 1 << 60);
+    cgroup.or_else(|| {
+        let info = read("/proc/meminfo")?;
+        let kb = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kb: u64 = kb.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    })
 }
 
 /// figment's error text, on one line and naming the environment variable when it was one.
@@ -421,6 +475,17 @@ impl Settings {
             ffmpeg_threads: self.ffmpeg_threads(),
             hint,
         }
+    }
+
+    /// The address-space cap of one sandbox child: `worker.media_memory_limit_bytes`, or what
+    /// leaves the worker [`PARENT_RESERVE`] of the container's memory (cgroup limit, else the
+    /// machine's) shared by the pool, at least [`MIN_MEMORY_LIMIT`].
+    pub fn media_memory_limit(&self) -> u64 {
+        if self.worker.media_memory_limit_bytes > 0 {
+            return self.worker.media_memory_limit_bytes;
+        }
+        let total = container_memory().unwrap_or(u64::MAX / 2);
+        (total.saturating_sub(PARENT_RESERVE) / self.pool_size() as u64).max(MIN_MEMORY_LIMIT)
     }
 
     /// ffmpeg threads per video job (`video.threads`, or cores / pool size).

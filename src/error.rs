@@ -33,9 +33,13 @@ impl JobError {
             Self::Media(e) => match e {
                 MediaError::Unsupported(_) => ErrorCode::UnsupportedMedia,
                 MediaError::Corrupt(_) => ErrorCode::CorruptInput,
-                MediaError::LimitsExceeded(_) => ErrorCode::LimitsExceeded,
+                MediaError::LimitsExceeded(_) | MediaError::MemoryLimit(_) => {
+                    ErrorCode::LimitsExceeded
+                }
                 MediaError::Transform(_) => ErrorCode::TransformFailed,
-                MediaError::Io(_) | MediaError::Crashed(_) => ErrorCode::Internal,
+                // Crashed twice, each time in a fresh process: the input triggers a decoder bug.
+                MediaError::Crashed(_) => ErrorCode::MediaCrashed,
+                MediaError::Io(_) | MediaError::Cancelled => ErrorCode::Internal,
                 // Native work over its limit: as slow on every attempt, so permanent (network
                 // timeouts are `StorageError::Unavailable`, and transient).
                 MediaError::Timeout(_) => ErrorCode::Timeout,
@@ -47,7 +51,7 @@ impl JobError {
     /// Transient failures are worth another attempt: the same input may succeed later. They
     /// are the faults of this pod or of a dependency: the store unavailable, and the local
     /// faults ([`JobError::is_local`]). Permanent ones (bad input, missing or forbidden source,
-    /// a crashed decoder) fail at once.
+    /// a decoder that crashed twice, the memory cap) fail at once.
     pub fn is_transient(&self) -> bool {
         self.code() == ErrorCode::StorageUnavailable || self.is_local()
     }
@@ -59,7 +63,7 @@ impl JobError {
         matches!(
             self,
             Self::Storage(StorageError::Scratch(_))
-                | Self::Media(MediaError::Io(_))
+                | Self::Media(MediaError::Io(_) | MediaError::Cancelled)
                 | Self::Internal(_)
         )
     }
@@ -90,7 +94,8 @@ mod tests {
         assert!(unavailable.is_transient() && !unavailable.is_local());
         let permanent = [
             JobError::Media(MediaError::Corrupt("truncated".into())),
-            JobError::Media(MediaError::Crashed("panicked".into())),
+            JobError::Media(MediaError::Crashed("killed by SIGSEGV".into())),
+            JobError::Media(MediaError::MemoryLimit(1 << 30)),
             JobError::InvalidRequest("bad id".into()),
         ];
         for e in &permanent {

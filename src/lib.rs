@@ -19,6 +19,7 @@ pub mod job;
 pub mod kafka;
 pub mod media;
 pub mod retry;
+pub mod sandbox;
 pub mod scratch;
 pub mod shutdown;
 pub mod stages;

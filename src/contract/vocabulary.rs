@@ -61,11 +61,12 @@ pub enum ErrorCode {
     TransformFailed,
     StorageUnavailable,
     Timeout,
+    MediaCrashed,
     Internal,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 12] = [
         Self::InvalidRequest,
         Self::SourceNotFound,
         Self::SourceAccessDenied,
@@ -76,6 +77,7 @@ impl ErrorCode {
         Self::TransformFailed,
         Self::StorageUnavailable,
         Self::Timeout,
+        Self::MediaCrashed,
         Self::Internal,
     ];
 
@@ -91,6 +93,7 @@ impl ErrorCode {
             Self::TransformFailed => "transform_failed",
             Self::StorageUnavailable => "storage_unavailable",
             Self::Timeout => "timeout",
+            Self::MediaCrashed => "media_crashed",
             Self::Internal => "internal",
         }
     }

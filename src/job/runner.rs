@@ -1,16 +1,15 @@
 //! Runs one validated request to its response: attempts, retries, stages.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
-use tokio::task::{JoinError, JoinHandle};
 use tracing::Instrument;
 
 use crate::contract::{ErrorCode, OptimizeRequest, OptimizeResponse, Stage};
-use crate::media::{self, Control, Event};
+use crate::media::Event;
 use crate::retry;
+use crate::sandbox::{Executor, Work};
 use crate::scratch::ScratchDir;
 use crate::shutdown::Shutdown;
 use crate::stages::manifest::{self, Manifest};
@@ -27,6 +26,8 @@ pub struct JobRunner {
     pool: Arc<Semaphore>,
     /// Every attempt's native work stops when jobs are abandoned (`Shutdown::job`).
     shutdown: Shutdown,
+    /// Where the native work runs.
+    media: Executor,
 }
 
 impl JobRunner {
@@ -41,14 +42,15 @@ impl JobRunner {
         JobRunner {
             pool: Arc::new(Semaphore::new(size)),
             shutdown,
+            media: svc.media.clone(),
             svc,
         }
     }
 
-    /// Kills every job's ffmpeg now (after `Shutdown::abandon`, so that no child outlives the
-    /// worker); returns how many.
+    /// Kills every job's native work now (after `Shutdown::abandon`, so that no child outlives
+    /// the worker); returns how many processes.
     pub fn kill_native(&self) -> usize {
-        media::video::kill_all()
+        self.media.kill_all()
     }
 
     pub fn services(&self) -> &Services {
@@ -181,16 +183,20 @@ impl JobRunner {
             .await
             .map_err(|f| (f, None))?;
 
-        // probe → analyze → transform: native code, off the async runtime's threads, behind
-        // the one narrow function `media::process`.
+        // probe → analyze → transform: native code behind the one narrow function
+        // `media::process`, in a sandbox child (or inline, see `sandbox::Executor`).
         let profile = manifest::profile_of(req);
-        let spec = svc.settings.media_job(profile, req.media_type);
-        let (input, out_dir) = (scratch.source(), scratch.out_dir());
-        let (handle, metrics) = (job.clone(), svc.metrics.clone());
+        let work = Work {
+            job: svc.settings.media_job(profile, req.media_type),
+            input: scratch.source(),
+            out_dir: scratch.out_dir(),
+            // MEDIA_TIMEOUT_SECS, or what the media code announces once it knows (a video's
+            // limit follows its duration).
+            limit: Duration::from_secs(svc.settings.worker.media_timeout_secs),
+        };
         // A pool permit is one core: held for the native work only, so downloads and uploads
         // overlap other jobs' CPU work (their number is bounded by the consumer's in-flight cap).
-        // The blocking task owns it: if the time limit fires, the core stays accounted for until
-        // the native code really returns.
+        // The executor keeps it until the native work has really stopped.
         job.phase(Phase::Queued);
         let permit = self
             .pool
@@ -198,55 +204,14 @@ impl JobRunner {
             .acquire_owned()
             .await
             .expect("pool is never closed");
-        // The time limit: MEDIA_TIMEOUT_SECS, or what the media code announces once it knows
-        // (a video's limit follows its duration). When it passes, `cancel` kills any ffmpeg.
-        let limit = Arc::new(AtomicU64::new(
-            svc.settings.worker.media_timeout_secs * 1000,
-        ));
-        let cancel = self.shutdown.job();
-        let (announced, token) = (limit.clone(), cancel.clone());
-        let started = Instant::now();
-        // The media code's spans (image.analyze, ...) belong under this attempt's span.
-        let parent = tracing::Span::current();
-        let native = tokio::task::spawn_blocking(move || {
-            let _span = parent.enter();
-            let _permit = permit;
-            let _busy = metrics.busy_permit();
-            let mut current: Option<(Stage, Instant)> = None;
-            let mut on_event = |event: Event| match event {
-                Event::Stage(stage) => {
-                    if let Some((s, t)) = current.replace((stage, Instant::now())) {
-                        metrics.observe_stage(s, t.elapsed());
-                    }
-                    handle.stage(stage);
-                }
-                Event::Progress(p) => handle.progress(p),
-                Event::Encoded(d) => metrics.video_encoded_seconds.inc_by(d.as_secs_f64()),
-                Event::TimeLimit(d) => announced.store(d.as_millis() as u64, Ordering::Relaxed),
-            };
-            let mut ctl = Control {
-                cancel: token,
-                on_event: &mut on_event,
-            };
-            let r = media::process(&spec, &input, &out_dir, &mut ctl);
-            if let Some((s, t)) = current {
-                metrics.observe_stage(s, t.elapsed());
-            }
-            r
-        });
-        let media = match until_limit(native, started, &limit).await {
-            Ok(Ok(Ok(m))) => m,
-            Ok(Ok(Err(f))) => return Err((f.into(), Some(source))),
-            Ok(Err(join)) => {
-                let e = media::MediaError::Crashed(format!("media task failed: {join}"));
-                return Err((Failure::at(Stage::Transform)(e), Some(source)));
-            }
-            Err(limit) => {
-                cancel.cancel();
-                let e = media::MediaError::Timeout(limit);
-                return Err((Failure::at(job.current_stage())(e), Some(source)));
-            }
-        };
+        let hold = (permit, svc.metrics.busy_permit());
+        let clock = StageClock::new(job.clone(), svc.metrics.clone());
+        let on_event = Box::new(move |e| clock.on(e));
+        let media = self
+            .media
+            .run(work, self.shutdown.job(), on_event, hold)
+            .await
+            .map_err(|f| (f.into(), Some(source.clone())))?;
 
         // The outputs, then the manifest, last: its presence means they all exist.
         let media_type = media.media_type;
@@ -332,49 +297,49 @@ fn manifest_of(svc: &Services, req: &OptimizeRequest, done: &Done) -> Option<Man
     })
 }
 
-/// Awaits `task` until `limit_ms` (which the task may raise meanwhile) has passed since
-/// `started`; `Err(limit)` when it has.
-async fn until_limit<T>(
-    mut task: JoinHandle<T>,
-    started: Instant,
-    limit_ms: &AtomicU64,
-) -> Result<Result<T, JoinError>, Duration> {
-    loop {
-        let limit = Duration::from_millis(limit_ms.load(Ordering::Relaxed));
-        tokio::select! {
-            r = &mut task => return Ok(r),
-            _ = tokio::time::sleep_until((started + limit).into()) => {
-                if limit_ms.load(Ordering::Relaxed) <= limit.as_millis() as u64 {
-                    return Err(limit);
-                }
+/// Follows a job's media stages: the registry, the stage histogram and a span per stage
+/// (under the attempt's span, wherever the work runs). The last stage is closed on drop.
+struct StageClock {
+    job: JobHandle,
+    metrics: Arc<crate::telemetry::Metrics>,
+    parent: tracing::Span,
+    current: std::sync::Mutex<Option<(Stage, Instant, tracing::Span)>>,
+}
+
+impl StageClock {
+    fn new(job: JobHandle, metrics: Arc<crate::telemetry::Metrics>) -> StageClock {
+        StageClock {
+            job,
+            metrics,
+            parent: tracing::Span::current(),
+            current: Default::default(),
+        }
+    }
+
+    fn on(&self, event: Event) {
+        match event {
+            Event::Stage(stage) => {
+                let span = tracing::info_span!(parent: &self.parent, "stage", otel.name = stage.span_name());
+                let next = Some((stage, Instant::now(), span));
+                self.close(std::mem::replace(&mut *self.current.lock().unwrap(), next));
+                self.job.stage(stage);
             }
+            Event::Progress(p) => self.job.progress(p),
+            Event::Encoded(d) => self.metrics.video_encoded_seconds.inc_by(d.as_secs_f64()),
+            Event::TimeLimit(_) => {}
+        }
+    }
+
+    fn close(&self, stage: Option<(Stage, Instant, tracing::Span)>) {
+        if let Some((s, t, _span)) = stage {
+            self.metrics.observe_stage(s, t.elapsed());
         }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_limit_raised_while_running_is_honoured() {
-        let limit = Arc::new(AtomicU64::new(100));
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let task = tokio::task::spawn_blocking(move || rx.recv().map(|_| 7));
-        // As a video job does once probed: raise the limit, then outlast the old one.
-        let raise = limit.clone();
-        let job = tokio::spawn(async move {
-            raise.store(60_000, Ordering::Relaxed);
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            tx.send(()).unwrap();
-        });
-        let r = until_limit(task, Instant::now(), &limit).await;
-        assert_eq!(r.unwrap().unwrap(), Ok(7));
-        job.await.unwrap();
-
-        let (_tx, rx) = std::sync::mpsc::channel::<()>();
-        let stuck = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(5)));
-        let r = until_limit(stuck, Instant::now(), &AtomicU64::new(100)).await;
-        assert_eq!(r.unwrap_err(), Duration::from_millis(100));
+impl Drop for StageClock {
+    fn drop(&mut self) {
+        let last = self.current.lock().unwrap().take();
+        self.close(last);
     }
 }

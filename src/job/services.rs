@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
-use crate::config::Settings;
+use crate::config::{Isolation, Settings};
 use crate::contract::WorkerInfo;
 use crate::media;
+use crate::sandbox::{self, Executor};
 use crate::scratch;
 use crate::storage::Storage;
 use crate::telemetry::{Health, Metrics, Registry};
@@ -20,6 +21,8 @@ pub struct Services {
     /// sick (see `runner`).
     pub health: Arc<Health>,
     pub worker: WorkerInfo,
+    /// Where jobs' native media work runs.
+    pub media: Executor,
 }
 
 pub fn worker_info(settings: &Settings) -> WorkerInfo {
@@ -35,7 +38,7 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
     if removed > 0 {
         tracing::warn!(removed, dir = %settings.worker.tmp_dir.display(), "swept scratch dirs left by a previous run");
     }
-    media::init(settings.worker.vips_threads);
+    let media = executor(&settings)?;
     let health = Arc::new(Health::new(settings.worker.min_scratch_free_bytes));
     Ok(Services {
         worker: worker_info(&settings),
@@ -44,5 +47,34 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
         metrics: Arc::new(Metrics::new()),
         registry: Registry::default(),
         health,
+        media,
     })
+}
+
+/// The media executor of `worker.isolation`: sandbox children started now (one per pool
+/// permit), or libvips started in this process for inline work. Needs a Tokio runtime.
+pub fn executor(settings: &Settings) -> anyhow::Result<Executor> {
+    if settings.worker.isolation == Isolation::Inline {
+        media::init(settings.worker.vips_threads);
+        return Ok(Executor::Inline);
+    }
+    let program = match &settings.worker.sandbox_program {
+        Some(p) if !p.as_os_str().is_empty() => p.clone(),
+        _ => std::env::current_exe()?,
+    };
+    let pool = sandbox::Pool::new(sandbox::PoolConfig {
+        program,
+        vips_threads: settings.worker.vips_threads,
+        limits: sandbox::Limits {
+            memory_bytes: settings.media_memory_limit(),
+            file_bytes: settings.limits.max_output_file_bytes,
+        },
+        recycle_jobs: settings.worker.sandbox_recycle_jobs,
+        recycle_rss_bytes: settings.worker.sandbox_recycle_rss_bytes,
+        tmp_dir: settings.worker.tmp_dir.clone(),
+    });
+    pool.warm(settings.pool_size())?;
+    tracing::info!(children = settings.pool_size(), memory_limit = settings.media_memory_limit(),
+        "media work runs in sandbox children");
+    Ok(Executor::Sandbox(pool))
 }

@@ -19,8 +19,16 @@ pub enum MediaError {
     Transform(String),
     #[error("scratch i/o: {0}")]
     Io(String),
+    /// The process doing the work died (a signal) or panicked: a decoder bug the input
+    /// triggers. Reported after a second try in a fresh process (see `sandbox`).
     #[error("media processing crashed: {0}")]
     Crashed(String),
+    /// The work needed more memory than a job may use (`MEDIA_MEMORY_LIMIT_BYTES`).
+    #[error("memory limit: the input needs more than the {} MiB a job may use", .0 >> 20)]
+    MemoryLimit(u64),
+    /// Stopped because the worker gave the job up (shutdown past its deadline).
+    #[error("media processing cancelled")]
+    Cancelled,
     #[error("media processing exceeded its {0:?} limit")]
     Timeout(Duration),
 }

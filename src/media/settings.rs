@@ -29,6 +29,15 @@ pub struct Limits {
     pub max_video_seconds: u64,
     /// Larger frames (width x height as displayed) are rejected before transcoding.
     pub max_video_pixels: u64,
+    /// Animated images: more frames, or more pixels over all frames, are rejected.
+    pub max_frames: u32,
+    pub max_animation_pixels: u64,
+    /// No file written by media work may be larger (`RLIMIT_FSIZE` in a sandbox).
+    pub max_output_file_bytes: u64,
+    /// Videos with a higher frame rate, more frames or more streams are rejected.
+    pub max_video_fps: f64,
+    pub max_video_frames: u64,
+    pub max_video_streams: u32,
 }
 
 /// FFmpeg (see `media::video`).

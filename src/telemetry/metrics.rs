@@ -270,12 +270,12 @@ impl Metrics {
     }
 
     /// Counts a pool permit as busy until the guard drops.
-    pub fn busy_permit(&self) -> Counted<'_> {
+    pub fn busy_permit(&self) -> Counted {
         Counted::new(&self.pool_busy)
     }
 
     /// Counts a job as held until the guard drops (also when the job is dropped meanwhile).
-    pub fn held_job(&self) -> Counted<'_> {
+    pub fn held_job(&self) -> Counted {
         Counted::new(&self.held_jobs)
     }
 
@@ -295,17 +295,17 @@ impl Default for Metrics {
     }
 }
 
-/// One unit of a gauge, from creation until drop.
-pub struct Counted<'a>(&'a IntGauge);
+/// One unit of a gauge, from creation until drop (it may move to another thread).
+pub struct Counted(IntGauge);
 
-impl<'a> Counted<'a> {
-    fn new(gauge: &'a IntGauge) -> Self {
+impl Counted {
+    fn new(gauge: &IntGauge) -> Self {
         gauge.inc();
-        Counted(gauge)
+        Counted(gauge.clone())
     }
 }
 
-impl Drop for Counted<'_> {
+impl Drop for Counted {
     fn drop(&mut self) {
         self.0.dec();
     }

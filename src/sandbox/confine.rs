@@ -1,0 +1,133 @@
+//! What a sandbox child may use: resource limits, an emptied environment, no new privileges.
+//! Applied between fork and exec, so the child and everything it starts (ffmpeg, ffprobe)
+//! inherit them.
+
+use std::ffi::OsString;
+use std::io;
+
+/// Variables a child keeps; everything else (AWS and Kafka credentials, tokens) is dropped.
+const KEPT_ENV: &[&str] = &["PATH", "LANG", "LC_ALL", "TZ", "RUST_LOG", "RUST_BACKTRACE"];
+
+/// The limits of one child.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// `RLIMIT_AS`: a decode past it fails its allocation and only this child dies.
+    pub memory_bytes: u64,
+    /// `RLIMIT_FSIZE`: the largest file it may write (writes beyond fail with EFBIG).
+    pub file_bytes: u64,
+}
+
+/// Open files a child may hold (libvips, OpenCV, an ffmpeg's pipes and outputs).
+const MAX_OPEN_FILES: u64 = 512;
+
+impl Limits {
+    /// Sets the limits in the calling process. Only async-signal-safe calls: this runs between
+    /// fork and exec.
+    pub fn apply(&self) -> io::Result<()> {
+        set(libc::RLIMIT_AS, self.memory_bytes)?;
+        set(libc::RLIMIT_FSIZE, self.file_bytes)?;
+        set(libc::RLIMIT_NOFILE, MAX_OPEN_FILES)?;
+        set(libc::RLIMIT_CORE, 0)?;
+        // SAFETY: plain prctl calls on the calling process.
+        unsafe {
+            // setuid binaries and file capabilities cannot grant a decoder anything.
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // Killed with the worker (also covered by the closed stdin, see `child`).
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        }
+        Ok(())
+    }
+}
+
+fn set(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
+    let lim = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+    };
+    // SAFETY: setrlimit with a valid struct.
+    if unsafe { libc::setrlimit(resource, &lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sets this process's CPU-time soft limit to `secs` beyond what it has used (`SIGXCPU` past
+/// it). A reused child calls it per job; the hard limit stays open for the next job.
+pub fn cpu_budget(secs: u64) {
+    // SAFETY: getrusage/setrlimit with valid structs.
+    unsafe {
+        let mut used: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut used);
+        let spent = (used.ru_utime.tv_sec + used.ru_stime.tv_sec) as u64;
+        let lim = libc::rlimit {
+            rlim_cur: spent + secs,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        libc::setrlimit(libc::RLIMIT_CPU, &lim);
+    }
+}
+
+/// The environment of a child: the kept variables of this process, a small allocator arena
+/// count (address space counts against `RLIMIT_AS`), and `TMPDIR` in scratch.
+pub fn environment(tmp_dir: &std::path::Path) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = KEPT_ENV
+        .iter()
+        .filter_map(|k| std::env::var_os(k).map(|v| ((*k).into(), v)))
+        .collect();
+    env.push(("MALLOC_ARENA_MAX".into(), "2".into()));
+    env.push(("TMPDIR".into(), tmp_dir.into()));
+    env
+}
+
+/// Resident memory of process `pid` in bytes (`VmRSS`).
+pub fn rss(pid: u32) -> Option<u64> {
+    status_kb(&format!("/proc/{pid}/status"), "VmRSS:").map(|kb| kb * 1024)
+}
+
+/// Peak address space of this process in bytes (`VmPeak`).
+pub fn own_peak_address_space() -> Option<u64> {
+    status_kb("/proc/self/status", "VmPeak:").map(|kb| kb * 1024)
+}
+
+fn status_kb(path: &str, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(path).ok()?;
+    let line = s.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether an error text is an allocation failure (libvips, GLib, C++ and Rust wording).
+pub fn mentions_allocation_failure(text: &str) -> bool {
+    let t = text.to_ascii_lowercase();
+    [
+        "out of memory",
+        "memory allocation of",
+        "failed to allocate",
+        "bad_alloc",
+        "insufficient memory",
+        "cannot allocate memory",
+    ]
+    .iter()
+    .any(|p| t.contains(p))
+}
+
+/// A signal's name (`SIGSEGV`), for messages.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGSYS => "SIGSYS",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGPIPE => "SIGPIPE",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_owned()
+}
