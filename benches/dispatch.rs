@@ -104,6 +104,10 @@ fn main() {
                 tmp.path().join("scratch").display().to_string(),
             ),
             ("RUST_LOG".to_owned(), "warn".to_owned()),
+            (
+                "MEDIA_SANDBOX_PROGRAM".to_owned(),
+                env!("CARGO_BIN_EXE_media-worker").to_owned(),
+            ),
         ]);
         let settings = Settings::load_from(None, env).unwrap();
         let (requests, responses) = (

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use media_worker::config::Settings;
 use media_worker::media::Control;
+use media_worker::media::sniff::{self, Sniffed};
 use media_worker::media::video::{self, Rung, ffprobe, transcode};
 use tokio_util::sync::CancellationToken;
 
@@ -52,9 +53,13 @@ fn main() {
     for input in &inputs {
         let work = tmp.path().join("work");
         std::fs::create_dir_all(&work).unwrap();
+        let Sniffed::Video(container) = sniff::sniff_file(input).unwrap() else {
+            panic!("{} is not a video", input.display());
+        };
         let probe = ffprobe::run(
             &job.video,
             input,
+            container,
             &work.join("p.log"),
             &CancellationToken::new(),
         )

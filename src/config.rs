@@ -43,7 +43,10 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("MEDIA_TIMEOUT_SECS", "worker.media_timeout_secs"),
     ("MIN_SCRATCH_FREE_BYTES", "worker.min_scratch_free_bytes"),
     ("MEDIA_ISOLATION", "worker.isolation"),
-    ("MEDIA_MEMORY_LIMIT_BYTES", "worker.media_memory_limit_bytes"),
+    (
+        "MEDIA_MEMORY_LIMIT_BYTES",
+        "worker.media_memory_limit_bytes",
+    ),
     ("MEDIA_SANDBOX_PROGRAM", "worker.sandbox_program"),
     ("MAX_INPUT_BYTES", "limits.max_input_bytes"),
     ("MAX_IMAGE_PIXELS", "limits.max_image_pixels"),

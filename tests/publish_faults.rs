@@ -268,6 +268,11 @@ async fn a_response_topic_outage_pauses_intake_and_loses_nothing() {
         ("KAFKA_COMMIT_INTERVAL_MS", "200".to_owned()),
         ("HTTP_ADDR", "127.0.0.1:0".to_owned()),
         ("TMP_DIR", tmp.path().join("scratch").display().to_string()),
+        // Sandbox children are the worker binary (this process is the test binary).
+        (
+            "MEDIA_SANDBOX_PROGRAM",
+            env!("CARGO_BIN_EXE_media-worker").to_owned(),
+        ),
     ];
     let settings = Settings::load_from(None, env.map(|(k, v)| (k.to_owned(), v))).unwrap();
     let requests = settings.kafka.request_topic.clone();

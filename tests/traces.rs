@@ -74,6 +74,11 @@ async fn a_job_is_one_span_tree_that_continues_the_producers_trace() {
         ("KAFKA_BOOTSTRAP_SERVERS", cluster.bootstrap_servers()),
         ("HTTP_ADDR", "127.0.0.1:0".to_owned()),
         ("TMP_DIR", tmp.path().join("scratch").display().to_string()),
+        // Sandbox children are the worker binary (this process is the test binary).
+        (
+            "MEDIA_SANDBOX_PROGRAM",
+            env!("CARGO_BIN_EXE_media-worker").to_owned(),
+        ),
     ];
     let settings = Settings::load_from(None, env.map(|(k, v)| (k.to_owned(), v))).unwrap();
     let (requests, responses) = (
@@ -162,10 +167,12 @@ async fn a_job_is_one_span_tree_that_continues_the_producers_trace() {
     assert_eq!(attr(root, "error.code"), None);
     child_of(&good, "media.process_job_with_retry", "media.process_event");
     child_of(&good, "media.process_job", "media.process_job_with_retry");
+    // The media stages run in a sandbox child; their spans are made from its stage events.
     for stage in [
         "media.download",
-        "image.analyze",
-        "image.compress",
+        "media.probe",
+        "media.analyze",
+        "media.transform",
         "media.upload",
     ] {
         child_of(&good, stage, "media.process_job");

@@ -74,7 +74,10 @@ pub fn executor(settings: &Settings) -> anyhow::Result<Executor> {
         tmp_dir: settings.worker.tmp_dir.clone(),
     });
     pool.warm(settings.pool_size())?;
-    tracing::info!(children = settings.pool_size(), memory_limit = settings.media_memory_limit(),
-        "media work runs in sandbox children");
+    tracing::info!(
+        children = settings.pool_size(),
+        memory_limit = settings.media_memory_limit(),
+        "media work runs in sandbox children"
+    );
     Ok(Executor::Sandbox(pool))
 }

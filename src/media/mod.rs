@@ -49,8 +49,8 @@ pub fn process(
     let unsupported = |m: &str| Err(at(Stage::Probe)(MediaError::Unsupported(m.into())));
     match sniff::sniff_file(input).map_err(|e| at(Stage::Probe)(e.into()))? {
         Sniffed::Image(format) => image::run(job, input, format, out_dir, ctl),
-        Sniffed::Video => tracing::info_span!("media.process_video")
-            .in_scope(|| video::process(job, input, out_dir, ctl)),
+        Sniffed::Video(container) => tracing::info_span!("media.process_video")
+            .in_scope(|| video::process(job, input, container, out_dir, ctl)),
         Sniffed::Svg => unsupported("SVG (vector) input is not accepted"),
         Sniffed::Empty => Err(at(Stage::Probe)(MediaError::Corrupt(
             "the file is empty".into(),

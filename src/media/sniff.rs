@@ -42,11 +42,31 @@ impl ImageFormat {
     }
 }
 
+/// A video container, and the one ffmpeg demuxer its input is opened with (`-f`): a file
+/// that looks like one container never reaches another demuxer's parser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Container {
+    /// ISO BMFF (MP4) and QuickTime.
+    IsoBmff,
+    /// Matroska and WebM.
+    Matroska,
+    Avi,
+}
+
+impl Container {
+    pub fn demuxer(self) -> &'static str {
+        match self {
+            Self::IsoBmff => "mov",
+            Self::Matroska => "matroska",
+            Self::Avi => "avi",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sniffed {
     Image(ImageFormat),
-    /// A video container (ISO BMFF, QuickTime, Matroska/WebM, AVI).
-    Video,
+    Video(Container),
     /// Vector input: not accepted (it would be rasterised at an arbitrary size, and SVG can
     /// reference external resources).
     Svg,
@@ -84,7 +104,7 @@ pub fn sniff(b: &[u8]) -> Sniffed {
     if b.len() >= 12 && &b[0..4] == b"RIFF" {
         return match &b[8..12] {
             b"WEBP" => Sniffed::Image(Webp),
-            b"AVI " => Sniffed::Video,
+            b"AVI " => Sniffed::Video(Container::Avi),
             _ => Sniffed::Unknown,
         };
     }
@@ -92,14 +112,14 @@ pub fn sniff(b: &[u8]) -> Sniffed {
         return Sniffed::Image(Tiff);
     }
     if b.starts_with(&[0x1A, 0x45, 0xDF, 0xA3]) {
-        return Sniffed::Video;
+        return Sniffed::Video(Container::Matroska);
     }
     if b.len() >= 12 && &b[4..8] == b"ftyp" {
         return sniff_ftyp(b);
     }
     // QuickTime files without ftyp start with another top-level atom.
     if b.len() >= 8 && matches!(&b[4..8], b"moov" | b"mdat" | b"wide" | b"free") {
-        return Sniffed::Video;
+        return Sniffed::Video(Container::IsoBmff);
     }
     let text = String::from_utf8_lossy(&b[..b.len().min(256)]);
     let t = text.trim_start_matches('\u{feff}').trim_start();
@@ -123,7 +143,7 @@ fn sniff_ftyp(b: &[u8]) -> Sniffed {
     ]) {
         Sniffed::Image(ImageFormat::Heif)
     } else {
-        Sniffed::Video
+        Sniffed::Video(Container::IsoBmff)
     }
 }
 
@@ -149,9 +169,12 @@ mod tests {
             ("libheif_example.heic", Sniffed::Image(Heif)),
             ("pillow_heif_arrow.heic", Sniffed::Image(Heif)),
             ("libheif_example.avif", Sniffed::Image(Avif)),
-            ("rails_video.webm", Sniffed::Video),
-            ("rails_rotated_hdr_video.mov", Sniffed::Video),
-            ("moviepy_chaplin.mp4", Sniffed::Video),
+            ("rails_video.webm", Sniffed::Video(Container::Matroska)),
+            (
+                "rails_rotated_hdr_video.mov",
+                Sniffed::Video(Container::IsoBmff),
+            ),
+            ("moviepy_chaplin.mp4", Sniffed::Video(Container::IsoBmff)),
             ("sharp_check.svg", Sniffed::Svg),
             ("chorus_not_an_image.jpg", Sniffed::Unknown),
             ("pillow_heif_empty.heic", Sniffed::Empty),

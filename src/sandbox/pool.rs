@@ -63,7 +63,7 @@ struct Child {
 /// How a job in one child ended.
 enum Ended {
     /// The child answered; it may take the next job.
-    Answered(Result<MediaOutput, MediaFailure>, Child),
+    Answered(Result<MediaOutput, MediaFailure>, Box<Child>),
     /// The child died (or panicked); it is reaped.
     Crashed(MediaFailure),
     /// The worker stopped it (time limit or cancellation); it is reaped.
@@ -109,7 +109,7 @@ impl Pool {
                 .await;
             match ended {
                 Ended::Answered(result, child) => {
-                    self.checkin(child, &result);
+                    self.checkin(*child, &result);
                     return result;
                 }
                 Ended::Crashed(f) if !crashed => {
@@ -165,7 +165,7 @@ impl Pool {
                             self.kill(child).await;
                             return Ended::Crashed(f);
                         }
-                        Ok(Reply::Done(result)) => return Ended::Answered(result, child),
+                        Ok(Reply::Done(result)) => return Ended::Answered(result, Box::new(child)),
                         Err(e) => {
                             tracing::error!(error = %e, "sandbox: unreadable reply");
                             self.kill(child).await;
@@ -204,7 +204,9 @@ impl Pool {
                 MediaError::MemoryLimit(self.config.limits.memory_bytes)
             }
             Ok(s) => match s.signal() {
-                Some(sig) => MediaError::Crashed(format!("killed by {}", confine::signal_name(sig))),
+                Some(sig) => {
+                    MediaError::Crashed(format!("killed by {}", confine::signal_name(sig)))
+                }
                 None => MediaError::Crashed(format!("exited with {s}")),
             },
             Err(e) => MediaError::Crashed(format!("cannot reap the sandbox: {e}")),
@@ -284,7 +286,8 @@ impl Pool {
         drop(live);
         let stdin = process.stdin.take().expect("piped");
         let stdout = BufReader::new(process.stdout.take().expect("piped")).lines();
-        let (stderr, stderr_done) = stderr_tail::Tail::follow(process.stderr.take().expect("piped"));
+        let (stderr, stderr_done) =
+            stderr_tail::Tail::follow(process.stderr.take().expect("piped"));
         Ok(Child {
             process,
             pid,

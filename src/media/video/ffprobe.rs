@@ -1,6 +1,7 @@
 //! Stage 3 for video: what `ffprobe -print_format json` says, and the limits checked before
 //! anything is transcoded.
 
+use std::ffi::OsString;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::child::{self, ChildError};
 use crate::media::error::MediaError;
 use crate::media::settings::{Limits, VideoSettings};
+use crate::media::sniff::Container;
 
 /// A video's facts, as displayed (rotation applied).
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +29,12 @@ pub struct VideoProbe {
     pub bitrate: Option<u64>,
     /// PQ or HLG transfer.
     pub hdr: bool,
+    /// Frames of the video stream (as the container says, else duration x frame rate).
+    pub frames: Option<u64>,
+    /// Streams of every kind.
+    pub streams: u32,
+    /// The ffmpeg demuxer every run opens the input with (see [`input_args`]).
+    pub demuxer: &'static str,
 }
 
 impl VideoProbe {
@@ -35,10 +43,22 @@ impl VideoProbe {
     }
 }
 
+/// How every ffprobe and ffmpeg run opens the input: local files only (no network, no
+/// `concat`/`subfile` indirection to other files or protocols), with the demuxer of the sniffed
+/// container.
+pub fn input_args(demuxer: &str, input: &Path) -> Vec<OsString> {
+    let mut a: Vec<OsString> = ["-protocol_whitelist", "file,pipe", "-f", demuxer, "-i"]
+        .map(OsString::from)
+        .into();
+    a.push(input.into());
+    a
+}
+
 /// Runs ffprobe on `input` (under a fixed time limit: it reads headers only).
 pub fn run(
     settings: &VideoSettings,
     input: &Path,
+    container: Container,
     log: &Path,
     cancel: &CancellationToken,
 ) -> Result<VideoProbe, MediaError> {
@@ -46,7 +66,7 @@ pub fn run(
     cmd.current_dir(log.parent().unwrap_or(Path::new(".")))
         .args(["-v", "error", "-print_format", "json"])
         .args(["-show_format", "-show_streams"])
-        .arg(input);
+        .args(input_args(container.demuxer(), input));
     let mut json = String::new();
     child::run(cmd, log, Duration::from_secs(30), cancel, &mut |l| {
         json.push_str(l);
@@ -61,7 +81,10 @@ pub fn run(
     })?;
     let v: Value = serde_json::from_str(&json)
         .map_err(|e| MediaError::Corrupt(format!("ffprobe output: {e}")))?;
-    parse(&v)
+    Ok(VideoProbe {
+        demuxer: container.demuxer(),
+        ..parse(&v)?
+    })
 }
 
 /// The facts from ffprobe's JSON.
@@ -103,13 +126,20 @@ pub fn parse(v: &Value) -> Result<VideoProbe, MediaError> {
             "the container claims a duration of {s:.3e} s"
         )));
     }
+    let fps = rate(&video["avg_frame_rate"]).or_else(|| rate(&video["r_frame_rate"]));
+    let frames = u(&video["nb_frames"])
+        .filter(|n| *n > 0)
+        .or_else(|| Some((duration? * fps?).ceil() as u64));
     let duration = duration.map(Duration::from_secs_f64);
     Ok(VideoProbe {
         duration,
         width,
         height,
         rotation,
-        fps: rate(&video["avg_frame_rate"]).or_else(|| rate(&video["r_frame_rate"])),
+        fps,
+        frames,
+        streams: streams.len() as u32,
+        demuxer: Container::IsoBmff.demuxer(),
         video_codec: video["codec_name"].as_str().unwrap_or("unknown").to_owned(),
         pix_fmt: video["pix_fmt"].as_str().unwrap_or("").to_owned(),
         audio_codec: of("audio").map(|a| a["codec_name"].as_str().unwrap_or("unknown").to_owned()),
@@ -139,6 +169,25 @@ pub fn check(p: &VideoProbe, limits: &Limits) -> Result<(), MediaError> {
             "{}x{} is {pixels} pixels per frame, over the {} limit",
             p.width, p.height, limits.max_video_pixels
         )));
+    }
+    let over = |what: String| Err(MediaError::LimitsExceeded(what));
+    if let Some(fps) = p.fps.filter(|f| *f > limits.max_video_fps) {
+        return over(format!(
+            "{fps} frames/s, over the {} limit",
+            limits.max_video_fps
+        ));
+    }
+    if let Some(n) = p.frames.filter(|n| *n > limits.max_video_frames) {
+        return over(format!(
+            "{n} frames, over the {} limit",
+            limits.max_video_frames
+        ));
+    }
+    if p.streams > limits.max_video_streams {
+        return over(format!(
+            "{} streams, over the {} limit",
+            p.streams, limits.max_video_streams
+        ));
     }
     Ok(())
 }
@@ -240,6 +289,12 @@ mod tests {
             max_image_pixels: 1,
             max_video_seconds: 600,
             max_video_pixels: 3840 * 2160,
+            max_frames: 1,
+            max_animation_pixels: 1,
+            max_output_file_bytes: 1,
+            max_video_fps: 240.0,
+            max_video_frames: 600 * 60,
+            max_video_streams: 4,
         };
         let e = check(&p, &limits).unwrap_err();
         assert!(matches!(e, MediaError::LimitsExceeded(_)), "{e}");

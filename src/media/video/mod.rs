@@ -20,6 +20,7 @@ use super::control::{Control, Event};
 use super::error::{MediaError, MediaFailure, at, unwind};
 use super::output::{FileFormat, MediaOutput, ProducedFile, Role};
 use super::settings::{MediaJob, Rendition};
+use super::sniff::Container;
 use crate::contract::{Analysis, MediaType, Stage, VideoAnalysis, Warning};
 use child::ChildError;
 use ffprobe::VideoProbe;
@@ -27,13 +28,14 @@ use ffprobe::VideoProbe;
 pub fn process(
     job: &MediaJob,
     input: &Path,
+    container: Container,
     out_dir: &Path,
     ctl: &mut Control,
 ) -> Result<MediaOutput, MediaFailure> {
     // ffmpeg's logs and the poster candidates; not uploaded.
     let work = out_dir.join(".work");
     std::fs::create_dir_all(&work).map_err(|e| at(Stage::Probe)(e.into()))?;
-    let result = run(job, input, out_dir, &work, ctl);
+    let result = run(job, input, container, out_dir, &work, ctl);
     let _ = std::fs::remove_dir_all(&work);
     result
 }
@@ -41,11 +43,13 @@ pub fn process(
 fn run(
     job: &MediaJob,
     input: &Path,
+    container: Container,
     out_dir: &Path,
     work: &Path,
     ctl: &mut Control,
 ) -> Result<MediaOutput, MediaFailure> {
-    let probe = ffprobe::run(&job.video, input, &work.join("ffprobe.log"), &ctl.cancel)
+    let log = work.join("ffprobe.log");
+    let probe = ffprobe::run(&job.video, input, container, &log, &ctl.cancel)
         .and_then(|p| ffprobe::check(&p, &job.limits).map(|_| p))
         .map_err(at(Stage::Probe))?;
     let rungs = transcode::plan(&job.profile.renditions, &probe);

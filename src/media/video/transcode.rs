@@ -120,8 +120,8 @@ pub fn args(
     ]);
     let head = ["-hide_banner", "-nostdin", "-v", "error", "-xerror", "-y"];
     let mut a: Vec<OsString> = head.iter().map(OsString::from).collect();
-    a.extend(["-threads", &threads, "-i"].map(OsString::from));
-    a.push(input.into());
+    a.extend(["-threads", &threads].map(OsString::from));
+    a.extend(super::ffprobe::input_args(probe.demuxer, input));
     a.extend(opts.into_iter().map(OsString::from));
     a.push(output.into());
     a
@@ -158,6 +158,9 @@ mod tests {
             audio_codec: None,
             bitrate: None,
             hdr: false,
+            frames: Some(300),
+            streams: 1,
+            demuxer: "mov",
         }
     }
 
