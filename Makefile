@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 DIR ?= ../shared/corpus
 
-.PHONY: setup setup-test build release demo test test-fleet lint deploy-check bench eval-faces schemas clean
+.PHONY: setup setup-test build release demo test test-fleet lint deploy-check bench fuzz eval-faces schemas clean
 
 setup:
 	@scripts/setup.sh
@@ -54,6 +54,14 @@ bench: setup-test
 	cargo bench --bench video -- --rounds 3
 	cargo bench --bench dispatch -- --messages 20000 --ids 50
 	cargo bench --bench dispatch -- --messages 20000 --ids 50 --broker tansu
+
+## Mutation fuzzing through the sandboxed path: N seeded mutants of ../shared/corpus (bit flips,
+## truncations, splices, inflated header dimensions); fails on an unanswered mutant, a worker
+## fault or a leftover process. `make test` runs a fixed sample of 120 (tests/fuzz.rs).
+N ?= 500
+SEED ?= 1
+fuzz: setup-test
+	cargo bench --bench fuzz -- --count $(N) --seed $(SEED)
 
 ## Face detection vs the counts in ../shared/corpus/MANIFEST.tsv.
 eval-faces: release

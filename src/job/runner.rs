@@ -53,6 +53,11 @@ impl JobRunner {
         self.media.kill_all()
     }
 
+    /// Stops the idle sandbox children (at exit, once no job runs).
+    pub async fn close(&self) {
+        self.media.close().await;
+    }
+
     pub fn services(&self) -> &Services {
         &self.svc
     }

@@ -79,7 +79,7 @@ pub fn decode_image(
     let first = decode_stage(analysis.is_some());
     let side = analysis.map(|a| analyze::working_side(probe.width, probe.height, a));
     let width = transform::decode_width(probe, profile, side);
-    let decoded = transform::decode(input, width, probe.colour).map_err(at(first))?;
+    let decoded = transform::decode(input, probe.format, width, probe.colour).map_err(at(first))?;
     let shared = match side {
         Some(side) => {
             transform::variant_for(&decoded, probe, profile, side).map_err(at(Stage::Transform))?

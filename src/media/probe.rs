@@ -35,6 +35,11 @@ pub enum Colour {
 
 /// Header facts of an image whose bytes look like `format` (see `sniff`).
 pub fn run(input: &Path, format: ImageFormat, limits: &Limits) -> Result<Probe, MediaError> {
+    // The declared size, read by a small parser of headers alone before any decoder runs: a
+    // pixel bomb is `limits_exceeded` even when the decoder would refuse (or choke on) it.
+    if let Ok(size) = imagesize::size(input) {
+        check_pixels(size.width as u64, size.height as u64, limits)?;
+    }
     // libvips sniffs too; both must agree, so a file crafted to look like one format cannot
     // reach another decoder.
     let loader = vips::find_loader(input).map_err(|e| MediaError::Corrupt(e.0))?;
@@ -49,11 +54,19 @@ pub fn run(input: &Path, format: ImageFormat, limits: &Limits) -> Result<Probe, 
     if w == 0 || h == 0 {
         return Err(MediaError::Corrupt("zero-sized image".into()));
     }
-    let pixels = w as u64 * h as u64;
-    if pixels > limits.max_image_pixels {
+    check_pixels(w as u64, h as u64, limits)?;
+    let frames = img.pages();
+    if frames > limits.max_frames {
         return Err(MediaError::LimitsExceeded(format!(
-            "{w}x{h} is {pixels} pixels, over the {} limit",
-            limits.max_image_pixels
+            "{frames} frames, over the {} limit",
+            limits.max_frames
+        )));
+    }
+    let all = w as u64 * h as u64 * frames as u64;
+    if all > limits.max_animation_pixels {
+        return Err(MediaError::LimitsExceeded(format!(
+            "{frames} frames of {w}x{h} are {all} pixels, over the {} limit",
+            limits.max_animation_pixels
         )));
     }
     let orientation = img.orientation();
@@ -64,11 +77,22 @@ pub fn run(input: &Path, format: ImageFormat, limits: &Limits) -> Result<Probe, 
         height,
         orientation,
         has_alpha: img.has_alpha(),
-        frames: img.pages(),
+        frames,
         colour: match (img.has_icc_profile(), img.is_cmyk()) {
             (false, _) => Colour::Untagged,
             (true, false) => Colour::Profile,
             (true, true) => Colour::CmykProfile,
         },
     })
+}
+
+fn check_pixels(w: u64, h: u64, limits: &Limits) -> Result<(), MediaError> {
+    let pixels = w * h;
+    if pixels > limits.max_image_pixels {
+        return Err(MediaError::LimitsExceeded(format!(
+            "{w}x{h} is {pixels} pixels, over the {} limit",
+            limits.max_image_pixels
+        )));
+    }
+    Ok(())
 }

@@ -10,6 +10,7 @@ use super::output::{FileFormat, ProducedFile, Role};
 use super::probe::Colour;
 use super::probe::Probe;
 use super::settings::{FormatSpec, Profile, ThumbnailSpec};
+use super::sniff::ImageFormat;
 use super::vips::{Image, VipsError};
 use crate::contract::{OutputFormat, Point, Rect, Warning};
 
@@ -66,10 +67,16 @@ pub fn decode_width(probe: &Probe, profile: &Profile, analysis_side: Option<u32>
 /// Decodes once: shrunk on load to `width`, upright, 8-bit sRGB (see [`Colour`]), in memory,
 /// and without any of the source's metadata, so that no output can carry it. Decoder failures
 /// mean the input is corrupt.
-pub fn decode(input: &Path, width: u32, colour: Colour) -> Result<Image, MediaError> {
+pub fn decode(
+    input: &Path,
+    format: ImageFormat,
+    width: u32,
+    colour: Colour,
+) -> Result<Image, MediaError> {
+    let heif = matches!(format, ImageFormat::Heif | ImageFormat::Avif);
     match colour {
-        Colour::Untagged => Image::thumbnail(input, width, false),
-        Colour::Profile => Image::thumbnail(input, width, true),
+        Colour::Untagged => Image::thumbnail(input, width, false, heif),
+        Colour::Profile => Image::thumbnail(input, width, true, heif),
         Colour::CmykProfile => Image::thumbnail_cmyk(input, width),
     }
     .and_then(|i| i.to_srgb8())

@@ -24,6 +24,8 @@ unsafe extern "C" {
     fn vips_init(argv0: *const c_char) -> c_int;
     fn vips_concurrency_set(n: c_int);
     fn vips_cache_set_max(n: c_int);
+    fn vips_block_untrusted_set(state: c_int);
+    fn vips_operation_block_set(name: *const c_char, state: c_int);
     fn vips_error_buffer_copy() -> *mut c_char;
     fn g_free(p: *mut c_void);
     fn g_object_unref(p: *mut c_void);
@@ -55,6 +57,12 @@ unsafe extern "C" {
 
     fn vips_thumbnail(filename: *const c_char, out: *mut *mut RawImage, width: c_int, ...)
     -> c_int;
+    fn vips_thumbnail_image(
+        input: *mut RawImage,
+        out: *mut *mut RawImage,
+        width: c_int,
+        ...
+    ) -> c_int;
     fn vips_resize(input: *mut RawImage, out: *mut *mut RawImage, scale: c_double, ...) -> c_int;
     fn vips_colourspace(input: *mut RawImage, out: *mut *mut RawImage, space: c_int, ...) -> c_int;
     fn vips_cast(input: *mut RawImage, out: *mut *mut RawImage, format: c_int, ...) -> c_int;
@@ -179,11 +187,29 @@ pub fn init(threads: usize) {
             );
             // Every job reads a different file: the operation cache only holds memory.
             vips_cache_set_max(0);
+            // Only the loaders of the formats we accept can run (`sniff` and `probe` pick the
+            // format; this makes sure no other parser ever sees the bytes): no SVG, PDF,
+            // ImageMagick, Matlab, FITS, raw or CSV, and nothing libvips marks untrusted.
+            vips_block_untrusted_set(TRUE);
+            vips_operation_block_set(c"VipsForeignLoad".as_ptr(), TRUE);
+            for loader in ALLOWED_LOADERS {
+                vips_operation_block_set(loader.as_ptr(), 0);
+            }
         }
     });
     // SAFETY: sets a global integer.
     unsafe { vips_concurrency_set(threads.max(1) as c_int) };
 }
+
+/// The loader classes that may run (and their file, buffer and source subclasses).
+const ALLOWED_LOADERS: [&CStr; 6] = [
+    c"VipsForeignLoadJpeg",
+    c"VipsForeignLoadPng",
+    c"VipsForeignLoadNsgif",
+    c"VipsForeignLoadWebp",
+    c"VipsForeignLoadTiff",
+    c"VipsForeignLoadHeif",
+];
 
 fn cstring(path: &Path) -> Result<CString> {
     CString::new(path.as_os_str().as_encoded_bytes())
@@ -259,33 +285,75 @@ impl Image {
     /// or Display P3). An untagged source is sRGB by the web's convention and keeps its values:
     /// libvips' export from its own sRGB space through the built-in profile darkens shadows
     /// (mean luma about 10 % lower). Truncated input fails.
-    pub fn thumbnail(path: &Path, width: u32, tagged: bool) -> Result<Image> {
+    ///
+    /// A HEIF/AVIF file (`heif`) is decoded from its primary image: libvips' thumbnail from a
+    /// file would take an embedded thumbnail instead when that is large enough, and a crafted
+    /// file can embed a different picture there.
+    pub fn thumbnail(path: &Path, width: u32, tagged: bool, heif: bool) -> Result<Image> {
         let c = cstring(path)?;
         let width = width.min(MAX_COORD as u32) as c_int;
+        let primary = if heif {
+            // SAFETY: variadic call with heifload's options, terminated by NULL.
+            let p = unsafe {
+                vips_image_new_from_file(
+                    c.as_ptr(),
+                    c"access".as_ptr(),
+                    ACCESS_SEQUENTIAL,
+                    c"fail_on".as_ptr(),
+                    FAIL_ON_TRUNCATED,
+                    c"thumbnail".as_ptr(),
+                    0 as c_int,
+                    END,
+                )
+            };
+            if p.is_null() {
+                return Err(last_error("cannot decode image"));
+            }
+            Some(Image(p))
+        } else {
+            None
+        };
         produce("cannot decode image", |out| unsafe {
-            // SAFETY: option names and value types match vips_thumbnail's arguments; each
-            // list ends with NULL (a shorter list ends early at the `export_profile` slot).
+            // SAFETY: option names and value types match vips_thumbnail's (and
+            // vips_thumbnail_image's) arguments; each list ends with NULL (a shorter list ends
+            // early at the `export_profile` slot).
             let (profile_key, profile) = if tagged {
                 (c"export_profile".as_ptr(), c"srgb".as_ptr())
             } else {
                 (END, END)
             };
-            vips_thumbnail(
-                c.as_ptr(),
-                out,
-                width,
-                c"height".as_ptr(),
-                MAX_COORD,
-                c"size".as_ptr(),
-                SIZE_DOWN,
-                c"intent".as_ptr(),
-                INTENT_PERCEPTUAL,
-                c"fail_on".as_ptr(),
-                FAIL_ON_TRUNCATED,
-                profile_key,
-                profile,
-                END,
-            )
+            match &primary {
+                Some(img) => vips_thumbnail_image(
+                    img.0,
+                    out,
+                    width,
+                    c"height".as_ptr(),
+                    MAX_COORD,
+                    c"size".as_ptr(),
+                    SIZE_DOWN,
+                    c"intent".as_ptr(),
+                    INTENT_PERCEPTUAL,
+                    profile_key,
+                    profile,
+                    END,
+                ),
+                None => vips_thumbnail(
+                    c.as_ptr(),
+                    out,
+                    width,
+                    c"height".as_ptr(),
+                    MAX_COORD,
+                    c"size".as_ptr(),
+                    SIZE_DOWN,
+                    c"intent".as_ptr(),
+                    INTENT_PERCEPTUAL,
+                    c"fail_on".as_ptr(),
+                    FAIL_ON_TRUNCATED,
+                    profile_key,
+                    profile,
+                    END,
+                ),
+            }
         })
     }
 

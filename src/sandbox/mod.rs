@@ -64,6 +64,13 @@ impl Executor {
         }
     }
 
+    /// Stops the idle sandbox children (at exit).
+    pub async fn close(&self) {
+        if let Executor::Sandbox(pool) = self {
+            pool.close().await;
+        }
+    }
+
     /// Kills all native work now (shutdown past its deadline); returns how many processes.
     pub fn kill_all(&self) -> usize {
         let children = match self {

@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,6 +47,8 @@ pub struct Pool {
     idle: Arc<Mutex<Vec<Child>>>,
     /// Process groups of every child alive, idle or busy (for [`Pool::kill_all`]).
     live: Arc<Mutex<BTreeSet<i32>>>,
+    /// Children that died on their own (a signal, the memory cap, a panic).
+    deaths: Arc<AtomicU64>,
 }
 
 struct Child {
@@ -76,6 +79,7 @@ impl Pool {
             config: Arc::new(config),
             idle: Arc::default(),
             live: Arc::default(),
+            deaths: Arc::default(),
         }
     }
 
@@ -113,11 +117,16 @@ impl Pool {
                     return result;
                 }
                 Ended::Crashed(f) if !crashed => {
+                    self.deaths.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(stage = f.stage.as_str(), error = %f.error,
                         "sandbox child died: trying once more in a fresh one");
                     crashed = true;
                 }
-                Ended::Crashed(f) | Ended::Stopped(f) => return Err(f),
+                Ended::Crashed(f) => {
+                    self.deaths.fetch_add(1, Ordering::Relaxed);
+                    return Err(f);
+                }
+                Ended::Stopped(f) => return Err(f),
             }
         }
     }
@@ -310,6 +319,19 @@ impl Pool {
             crate::media::video::exits_within(*pid, Duration::from_secs(2));
         }
         live.len()
+    }
+
+    /// Kills and reaps the idle children (at exit; busy ones end with their jobs).
+    pub async fn close(&self) {
+        let idle = std::mem::take(&mut *self.idle.lock().unwrap());
+        for child in idle {
+            self.kill(child).await;
+        }
+    }
+
+    /// How many children died on their own so far (crashes, memory-cap kills, panics).
+    pub fn deaths(&self) -> u64 {
+        self.deaths.load(Ordering::Relaxed)
     }
 
     /// Process ids of the children alive (tests and the fuzz report).

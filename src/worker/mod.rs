@@ -105,13 +105,14 @@ pub async fn run(
             "shutdown deadline reached, abandoning jobs"
         );
         shutdown.abandon();
-        // Cancelled tokens stop ffmpeg on its next check; kill now, so none outlives the worker.
+        // Kill the sandboxes and any ffmpeg now, so that none outlives the worker.
         let killed = ctx.runner.kill_native();
         if killed > 0 {
-            tracing::warn!(killed, "ffmpeg processes killed");
+            tracing::warn!(killed, "media processes killed");
         }
         Exit::Abandoned(left)
     };
+    ctx.runner.close().await;
     tokio::task::spawn_blocking(move || source.close()).await?;
     ctx.publisher.flush(
         deadline

@@ -98,6 +98,63 @@ pub fn processes_mentioning(needle: &str) -> Vec<i32> {
     found
 }
 
+/// The command line of process `pid`, arguments joined by spaces ("" once it is gone).
+pub fn cmdline(pid: i32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&raw).replace('\0', " ")
+}
+
+/// The environment of process `pid` as `NAME=value` entries.
+pub fn environ(pid: i32) -> Vec<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    raw.split(|b| *b == 0)
+        .filter(|e| !e.is_empty())
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .collect()
+}
+
+/// A `kB` field of `/proc/<pid>/status` (`VmRSS:`).
+pub fn proc_status_kb(pid: i32, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// (state, parent pid, CPU ticks used) of process `pid`, from `/proc/<pid>/stat`.
+pub fn proc_stat(pid: i32) -> Option<(char, i32, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some((f[0].chars().next()?, f[1].parse().ok()?, ticks))
+}
+
+/// Live (not zombie) children of process `pid`.
+pub fn children_of(pid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(
+            |p| matches!(proc_stat(*p), Some((state, parent, _)) if parent == pid && state != 'Z'),
+        )
+        .collect()
+}
+
+/// Zombie children of process `pid` (exited, not reaped).
+pub fn zombies_of(pid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|p| matches!(proc_stat(*p), Some(('Z', parent, _)) if parent == pid))
+        .collect()
+}
+
 /// How often the waits below poll.
 const POLL: Duration = Duration::from_millis(50);
 

@@ -95,6 +95,23 @@ impl Worker {
             .unwrap_or_default()
     }
 
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// The worker's sandbox children (`media-worker sandbox`), alive and not zombies.
+    pub fn sandboxes(&self) -> Vec<i32> {
+        children_of(self.pid())
+            .into_iter()
+            .filter(|p| cmdline(*p).contains("sandbox"))
+            .collect()
+    }
+
+    /// Resident memory of the worker process itself, in bytes.
+    pub fn rss(&self) -> u64 {
+        proc_status_kb(self.pid(), "VmRSS:").expect("worker running") * 1024
+    }
+
     pub fn sigterm(&mut self) {
         kill(&mut self.child, libc::SIGTERM);
     }

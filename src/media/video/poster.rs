@@ -14,6 +14,7 @@ use super::transcode;
 use crate::media::analyze::{self, FrameScore};
 use crate::media::probe::Colour;
 use crate::media::settings::MediaJob;
+use crate::media::sniff::ImageFormat;
 use crate::media::transform;
 
 /// The chosen frame.
@@ -61,9 +62,14 @@ pub fn choose(
         if std::fs::metadata(&path).map_or(true, |m| m.len() == 0) {
             continue;
         }
-        let score = transform::decode(&path, job.analysis.max_side, Colour::Untagged)
-            .map_err(|e| e.to_string())
-            .and_then(|img| analyze::frame_score(&img, &job.analysis, job.profile.analysis));
+        let score = transform::decode(
+            &path,
+            ImageFormat::Png,
+            job.analysis.max_side,
+            Colour::Untagged,
+        )
+        .map_err(|e| e.to_string())
+        .and_then(|img| analyze::frame_score(&img, &job.analysis, job.profile.analysis));
         match score {
             Ok(score) => {
                 if best.as_ref().is_none_or(|b| score.rank(&b.score).is_gt()) {

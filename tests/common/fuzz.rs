@@ -1,0 +1,195 @@
+//! Mutation fuzzing through the sandboxed path (also `benches/fuzz.rs`, `make fuzz`): seeded
+//! mutants of every corpus file, run two at a time by a sandbox pool of the worker binary under
+//! a 1 GiB memory cap (a 2 GiB pod at pool 2), then a report of what happened.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use media_worker::config::Settings;
+use media_worker::error::JobError;
+use media_worker::media::MediaError;
+use media_worker::sandbox::{Limits, Pool, PoolConfig, Work};
+use tokio_util::sync::CancellationToken;
+
+#[path = "mutate.rs"]
+pub mod mutate;
+use mutate::{MUTATIONS, Mutation, mutate};
+
+/// What a fuzz run saw.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub tried: usize,
+    pub answered: usize,
+    /// Answers by outcome: `ok` or the error code.
+    pub outcomes: BTreeMap<String, usize>,
+    /// Mutants per kind of mutation.
+    pub mutations: BTreeMap<String, usize>,
+    /// Children that died on their own, including the ones whose retry then succeeded.
+    pub child_deaths: u64,
+    /// Jobs answered `media_crashed` (a crash, twice).
+    pub crashes_answered: usize,
+    /// Jobs answered with the memory limit.
+    pub memory_cap: usize,
+    /// Peak resident memory of this (the parent) process, MiB.
+    pub peak_parent_rss_mib: u64,
+    /// Processes left once the pool is closed: children, zombies, or anything still using
+    /// the scratch directory (an orphaned ffmpeg).
+    pub leftover_processes: usize,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "inputs tried       {}", self.tried)?;
+        writeln!(f, "answered           {}", self.answered)?;
+        for (k, n) in &self.outcomes {
+            writeln!(f, "  {k:<24} {n}")?;
+        }
+        writeln!(f, "mutations          {:?}", self.mutations)?;
+        writeln!(
+            f,
+            "crashes contained  {} child deaths, {} jobs answered media_crashed",
+            self.child_deaths, self.crashes_answered
+        )?;
+        writeln!(f, "memory-cap kills   {}", self.memory_cap)?;
+        writeln!(f, "peak parent RSS    {} MiB", self.peak_parent_rss_mib)?;
+        write!(f, "leftover processes {}", self.leftover_processes)
+    }
+}
+
+/// Runs `count` mutants (seeded by `seed`) of the files in `corpus` with `scratch` as work
+/// space. Files are taken round-robin, mutations in turn.
+pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Report {
+    let mut settings = Settings::load_from(None, Vec::new()).unwrap();
+    // Light outputs: every decoder and the analysis run, little encoding.
+    let fuzz = media_worker::media::settings::Profile {
+        analysis: true,
+        widths: vec![160],
+        formats: vec![media_worker::media::settings::FormatSpec {
+            format: media_worker::contract::OutputFormat::Webp,
+            quality: 60,
+        }],
+        thumbnail: None,
+        renditions: vec![media_worker::media::settings::Rendition {
+            height: 144,
+            crf: 35,
+        }],
+        poster: true,
+    };
+    settings.profiles.insert("fuzz".into(), fuzz);
+    settings.limits.max_video_seconds = 30;
+    let job = settings.media_job("fuzz", None);
+    let pool = Pool::new(PoolConfig {
+        program: PathBuf::from(env!("CARGO_BIN_EXE_media-worker")),
+        vips_threads: 1,
+        limits: Limits {
+            memory_bytes: 1 << 30,
+            file_bytes: 1 << 30,
+        },
+        recycle_jobs: 100,
+        recycle_rss_bytes: 512 << 20,
+        tmp_dir: scratch.to_owned(),
+    });
+
+    let mut files: Vec<PathBuf> = std::fs::read_dir(corpus)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n != "MANIFEST.tsv"))
+        .collect();
+    files.sort();
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut mutants: Vec<(Mutation, Vec<u8>)> = Vec::with_capacity(count);
+    for i in 0..count {
+        let data = std::fs::read(&files[i % files.len()]).unwrap();
+        let other = std::fs::read(&files[rng.usize(..files.len())]).unwrap();
+        let how = MUTATIONS[(i / files.len()) % MUTATIONS.len()];
+        mutants.push((how, mutate(&data, &other, how, &mut rng)));
+    }
+
+    let mut report = Report {
+        tried: mutants.len(),
+        ..Report::default()
+    };
+    let results: Vec<(Mutation, Result<(), MediaError>)> =
+        futures_util::stream::iter(mutants.into_iter().enumerate())
+            .map(|(i, (how, bytes))| {
+                let (pool, job) = (pool.clone(), job.clone());
+                let dir = scratch.join(format!("m{i}"));
+                async move {
+                    std::fs::create_dir_all(dir.join("out")).unwrap();
+                    std::fs::write(dir.join("source"), &bytes).unwrap();
+                    let work = Work {
+                        job,
+                        input: dir.join("source"),
+                        out_dir: dir.join("out"),
+                        limit: Duration::from_secs(60),
+                    };
+                    let r = pool
+                        .run(&work, &CancellationToken::new(), &mut |_| {})
+                        .await;
+                    std::fs::remove_dir_all(&dir).unwrap();
+                    (how, r.map(|_| ()).map_err(|f| f.error))
+                }
+            })
+            .buffer_unordered(2)
+            .collect()
+            .await;
+    for (how, r) in results {
+        report.answered += 1;
+        *report.mutations.entry(format!("{how:?}")).or_default() += 1;
+        let outcome = match &r {
+            Ok(()) => "ok".to_owned(),
+            Err(MediaError::MemoryLimit(_)) => {
+                report.memory_cap += 1;
+                "limits_exceeded (memory)".to_owned()
+            }
+            Err(e) => {
+                let code = JobError::Media(e.clone()).code().as_str();
+                if matches!(e, MediaError::Crashed(_)) {
+                    report.crashes_answered += 1;
+                }
+                code.to_owned()
+            }
+        };
+        *report.outcomes.entry(outcome).or_default() += 1;
+    }
+    report.child_deaths = pool.deaths();
+    pool.close().await;
+    report.peak_parent_rss_mib = status_kb("VmHWM:") / 1024;
+    report.leftover_processes = leftovers(scratch);
+    report
+}
+
+fn status_kb(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Children of this process (zombies too) and any process whose command line or working
+/// directory is in `scratch`.
+fn leftovers(scratch: &Path) -> usize {
+    let me = std::process::id().to_string();
+    let scratch = scratch.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let parent = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1).map(str::to_owned));
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cwd = std::fs::read_link(e.path().join("cwd")).unwrap_or_default();
+            parent.as_deref() == Some(me.as_str())
+                || String::from_utf8_lossy(&cmdline).contains(&scratch)
+                || cwd.to_string_lossy().starts_with(&scratch)
+        })
+        .count()
+}
