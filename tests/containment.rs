@@ -34,14 +34,22 @@ fn slow_profile(dir: &Path) -> String {
     config.display().to_string()
 }
 
-/// A sandbox child of `worker`, not one of `seen`, that has used `ticks` of CPU (the work of a
-/// job, beyond its start-up): it is in the middle of decoding or encoding.
-fn busy_sandbox(worker: &Worker, seen: &[i32], ticks: u64) -> i32 {
+/// CPU ticks used so far by each sandbox child of `worker`.
+fn sandbox_ticks(worker: &Worker) -> BTreeMap<i32, u64> {
+    worker
+        .sandboxes()
+        .into_iter()
+        .filter_map(|p| Some((p, proc_stat(p)?.2)))
+        .collect()
+}
+
+/// A sandbox child of `worker` that has used `ticks` of CPU more than it had in `before`
+/// (then idle): it is in the middle of a job's decoding or encoding.
+fn busy_sandbox(worker: &Worker, before: &BTreeMap<i32, u64>, ticks: u64) -> i32 {
     wait_for("a sandbox child at work", MINUTE, || {
-        worker
-            .sandboxes()
-            .into_iter()
-            .find(|p| !seen.contains(p) && proc_stat(*p).is_some_and(|(_, _, used)| used >= ticks))
+        sandbox_ticks(worker).into_iter().find_map(|(p, used)| {
+            (used >= before.get(&p).copied().unwrap_or(0) + ticks).then_some(p)
+        })
     })
 }
 
@@ -78,17 +86,17 @@ async fn a_crashing_decoder_costs_one_job_and_never_the_worker() {
     stack.upload_corpus("imageio_meadow_cube.jpg").await;
     stack.upload_corpus("sharp_Landscape_1.jpg").await;
 
-    let mut killed = Vec::new();
     for (id, crashes) in [("segv-once", 1), ("segv-twice", 2)] {
         let mut req = request(id, "imageio_meadow_cube.jpg");
         req.profile = Some("slow".into());
+        let idle = sandbox_ticks(&worker);
         stack.send(&req).await;
         for _ in 0..crashes {
-            // 0.3 s of CPU: well past a child's start-up, well before the job's end.
-            let pid = busy_sandbox(&worker, &killed, 30);
+            // 0.3 s of CPU beyond start-up: well into the job, well before its end (15 s).
+            let pid = busy_sandbox(&worker, &idle, 30);
             // SAFETY: a signal to a process of this test's worker.
             unsafe { libc::kill(pid, libc::SIGSEGV) };
-            killed.push(pid);
+            assert!(exits_within(pid, Duration::from_secs(5)), "{pid} survived");
         }
         let r = responses.take(1, 2 * MINUTE).remove(0).body;
         assert_eq!(r.media_id.as_deref(), Some(id));
@@ -146,7 +154,7 @@ async fn a_decode_over_the_memory_cap_fails_its_job_only() {
     env.insert("WORKER_POOL_SIZE".into(), "1".into());
     env.insert(
         "MEDIA_MEMORY_LIMIT_BYTES".into(),
-        (640u64 << 20).to_string(),
+        (512u64 << 20).to_string(),
     );
     let worker = Worker::start(&env);
     worker.wait_ready();
@@ -193,6 +201,16 @@ async fn a_timed_out_job_frees_its_permit_at_once() {
     let mut slow = request("slow", "imageio_meadow_cube.jpg");
     slow.profile = Some("slow".into());
     stack.send(&slow).await;
+    // `next` is sent once `slow` holds the permit (its native work begun), and must wait.
+    wait_for("the slow job's native work", MINUTE, || {
+        worker
+            .jobs()
+            .iter()
+            .find(|j| {
+                j["media_id"] == "slow" && j["phase"] == "running" && j["stage"] == "transform"
+            })
+            .map(|_| ())
+    });
     stack.send(&request("next", "sharp_Landscape_1.jpg")).await;
 
     // While `slow` runs, `next` waits for the permit (`queued` on /jobs): note when it was last

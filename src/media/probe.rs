@@ -1,6 +1,7 @@
 //! Stage 3: what the input is, read from its header only, and the limits checked before any
 //! pixel is decoded (a 522 KB PNG can claim 4 gigapixels).
 
+use std::io::Read;
 use std::path::Path;
 
 use super::error::MediaError;
@@ -37,8 +38,8 @@ pub enum Colour {
 pub fn run(input: &Path, format: ImageFormat, limits: &Limits) -> Result<Probe, MediaError> {
     // The declared size, read by a small parser of headers alone before any decoder runs: a
     // pixel bomb is `limits_exceeded` even when the decoder would refuse (or choke on) it.
-    if let Ok(size) = imagesize::size(input) {
-        check_pixels(size.width as u64, size.height as u64, limits)?;
+    if let Some((w, h)) = declared_size(input, format) {
+        check_pixels(w, h, limits)?;
     }
     // libvips sniffs too; both must agree, so a file crafted to look like one format cannot
     // reach another decoder.
@@ -84,6 +85,23 @@ pub fn run(input: &Path, format: ImageFormat, limits: &Limits) -> Result<Probe, 
             (true, true) => Colour::CmykProfile,
         },
     })
+}
+
+/// The size a header declares, when it is a real header: `imagesize` reads a PNG's size from
+/// fixed offsets, so the first chunk must be IHDR.
+fn declared_size(input: &Path, format: ImageFormat) -> Option<(u64, u64)> {
+    if format == ImageFormat::Png {
+        let mut head = [0u8; 16];
+        std::fs::File::open(input)
+            .ok()?
+            .read_exact(&mut head)
+            .ok()?;
+        if &head[12..16] != b"IHDR" {
+            return None;
+        }
+    }
+    let size = imagesize::size(input).ok()?;
+    Some((size.width as u64, size.height as u64))
 }
 
 fn check_pixels(w: u64, h: u64, limits: &Limits) -> Result<(), MediaError> {

@@ -25,6 +25,10 @@ pub fn main(vips_threads: usize, memory_limit: u64) -> std::process::ExitCode {
         // A write past RLIMIT_FSIZE fails with EFBIG (an error of that job) instead of killing
         // the child; ffmpeg inherits the ignored disposition.
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        // Rust's stack-overflow handler survives a SIGSEGV that is not a fault of its own (one
+        // sent by `kill`); here every SIGSEGV or SIGBUS ends the child, as a crash.
+        libc::signal(libc::SIGSEGV, libc::SIG_DFL);
+        libc::signal(libc::SIGBUS, libc::SIG_DFL);
         std::fs::File::from_raw_fd(fd)
     };
     let mut out = BufWriter::new(protocol);

@@ -245,7 +245,9 @@ impl Pool {
             // One that died while idle is reaped and replaced.
             match child.process.try_wait() {
                 Ok(None) => return Ok(child),
-                _ => {
+                status => {
+                    tracing::warn!(pid = child.pid, ?status, "idle sandbox child had died");
+                    self.deaths.fetch_add(1, Ordering::Relaxed);
                     let _ = child.process.start_kill();
                     self.forget(child.pid);
                 }

@@ -105,7 +105,8 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
     for i in 0..count {
         let data = std::fs::read(&files[i % files.len()]).unwrap();
         let other = std::fs::read(&files[rng.usize(..files.len())]).unwrap();
-        let how = MUTATIONS[(i / files.len()) % MUTATIONS.len()];
+        // Each pass over the files starts one mutation further on: every kind on every file.
+        let how = MUTATIONS[(i + i / files.len()) % MUTATIONS.len()];
         mutants.push((how, mutate(&data, &other, how, &mut rng)));
     }
 
