@@ -21,14 +21,17 @@ fn failed(r: &OptimizeResponse) -> (ErrorCode, String, Stage, bool) {
     (e.code, e.message.clone(), e.stage, e.retryable)
 }
 
-/// A config file with the profile `slow` (AVIF and WebP of the 25 MP meadow strip at four
-/// sizes: seconds of native work, for a job that is surely in flight).
+/// A config file with two profiles for the 25 MP meadow strip: `slow` (AVIF and WebP at four
+/// sizes: about 15 s of native work, for a job that is surely in flight) and `long` (one AVIF
+/// at 2048 px: one libvips call of about 4 s, which nothing can interrupt but a kill).
 fn slow_profile(dir: &Path) -> String {
     let config = dir.join("slow.toml");
     std::fs::write(
         &config,
         "[profiles.slow]\nanalysis = false\nwidths = [640, 1280, 1920, 2048]\n\
-         formats = [{ format = \"avif\", quality = 60 }, { format = \"webp\", quality = 90 }]\n",
+         formats = [{ format = \"avif\", quality = 60 }, { format = \"webp\", quality = 90 }]\n\
+         [profiles.long]\nanalysis = false\nwidths = [2048]\n\
+         formats = [{ format = \"avif\", quality = 60 }]\n",
     )
     .unwrap();
     config.display().to_string()
@@ -184,7 +187,8 @@ async fn a_decode_over_the_memory_cap_fails_its_job_only() {
 }
 
 /// At MEDIA_TIMEOUT_SECS the child is killed and reaped and the permit is free at once: with a
-/// pool of one, the next job starts its native work within a second of the timeout.
+/// pool of one, the next job starts its native work within a second of the timeout. (Inline,
+/// the timed-out encode would keep the permit for its remaining 3 s.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_job_frees_its_permit_at_once() {
     let stack = Stack::start(1).await;
@@ -199,7 +203,7 @@ async fn a_timed_out_job_frees_its_permit_at_once() {
     stack.upload_corpus("imageio_meadow_cube.jpg").await;
     stack.upload_corpus("sharp_Landscape_1.jpg").await;
     let mut slow = request("slow", "imageio_meadow_cube.jpg");
-    slow.profile = Some("slow".into());
+    slow.profile = Some("long".into());
     stack.send(&slow).await;
     // `next` is sent once `slow` holds the permit (its native work begun), and must wait.
     wait_for("the slow job's native work", MINUTE, || {
