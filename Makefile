@@ -50,7 +50,8 @@ lint: setup
 
 bench: setup-test
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 10 --analysis compare
-	cargo bench --bench pipeline -- --profile variants --pool 2 --rounds 3
+	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 6 --isolation compare
+	cargo bench --bench pipeline -- --profile variants --pool 2 --rounds 6 --isolation compare
 	cargo bench --bench video -- --rounds 3
 	cargo bench --bench dispatch -- --messages 20000 --ids 50
 	cargo bench --bench dispatch -- --messages 20000 --ids 50 --broker tansu

@@ -4,20 +4,23 @@
 //!   cargo bench --bench pipeline [-- --profile default --pool 2 --rounds 3 --analysis off]
 //!
 //! `--analysis compare` runs the profile with and without analysis, round by round, and
-//! prints what analysis adds.
+//! prints what analysis adds. `--isolation compare` does the same for media work in sandbox
+//! children (`process`, the worker's default) and on the bench's own threads (`inline`), and
+//! prints what the sandbox costs. CPU includes the sandbox children (and their ffmpeg); peak
+//! RSS is given for this process (the worker's part) and for the largest child.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::{StreamExt, stream};
-use media_worker::config::Settings;
+use media_worker::config::{Isolation, Settings};
 use media_worker::contract::OptimizeRequest;
 use media_worker::job::JobRunner;
 use media_worker::storage::LocalStorage;
 
 mod util;
-use util::{arg, status_mib};
+use util::arg;
 
 /// Manifest kinds that are ordinary photos (not broken files, pixel bombs or videos).
 const PHOTO_KINDS: &[&str] = &["photo", "faces", "orientation", "color", "alpha"];
@@ -34,12 +37,40 @@ fn corpus_photos(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-fn cpu_seconds() -> f64 {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage fills the struct.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+/// CPU seconds of this process, of its reaped children, and of the live `children` (with
+/// what they reaped: a sandbox's ffmpeg runs).
+fn cpu_seconds(children: &[i32]) -> f64 {
     let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(ru.ru_utime) + t(ru.ru_stime)
+    let mut total = 0.0;
+    for who in [libc::RUSAGE_SELF, libc::RUSAGE_CHILDREN] {
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage fills the struct.
+        unsafe { libc::getrusage(who, &mut ru) };
+        total += t(ru.ru_utime) + t(ru.ru_stime);
+    }
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    for pid in children {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<u64> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().filter_map(|f| f.parse().ok()).collect())
+            .unwrap_or_default();
+        // utime, stime, cutime, cstime: fields 14-17 of stat, 10-13 of the numbers after ')'.
+        total += fields.iter().skip(10).take(4).sum::<u64>() as f64 / hz;
+    }
+    total
+}
+
+/// Peak RSS (MiB) of process `pid` since its last reset, and a reset (`clear_refs` 5).
+fn take_peak_mib(pid: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 /// One configuration under test: a job runner and the CPU and wall time it has used.
@@ -50,6 +81,19 @@ struct Mode {
     wall: f64,
     /// CPU seconds of each round.
     rounds: Vec<f64>,
+    /// Peak RSS of this process, and of the largest sandbox child, over its rounds (MiB).
+    peak_parent: f64,
+    peak_child: f64,
+}
+
+impl Mode {
+    /// The live sandbox children of this mode's runner (none inline).
+    fn children(&self) -> Vec<i32> {
+        match &self.runner.services().media {
+            media_worker::sandbox::Executor::Sandbox(pool) => pool.children(),
+            media_worker::sandbox::Executor::Inline => Vec::new(),
+        }
+    }
 }
 
 fn main() {
@@ -65,23 +109,40 @@ fn main() {
     // alternating round by round so that drifts in machine speed fall on both alike, and the
     // cost of analysis as the difference.
     let analysis = arg("--analysis", "profile");
-    let modes: Vec<Option<bool>> = match analysis.as_str() {
+    let analysis: Vec<Option<bool>> = match analysis.as_str() {
         "profile" => vec![None],
         "compare" => vec![Some(true), Some(false)],
         other => vec![Some(other == "on")],
     };
-    let mut modes: Vec<Mode> = modes
+    let isolation = arg("--isolation", "process");
+    let isolation: Vec<Isolation> = match isolation.as_str() {
+        "compare" => vec![Isolation::Process, Isolation::Inline],
+        "inline" => vec![Isolation::Inline],
+        _ => vec![Isolation::Process],
+    };
+    let combos: Vec<(Option<bool>, Isolation)> = analysis
+        .iter()
+        .flat_map(|a| isolation.iter().map(move |i| (*a, *i)))
+        .collect();
+    let mut modes: Vec<Mode> = combos
         .into_iter()
-        .map(|on| {
+        .map(|(on, isolation)| {
             // The environment applies as for the worker (FACE_CASCADE, VIPS_THREADS, ...).
             let env = std::env::vars().chain([("WORKER_POOL_SIZE".to_owned(), pool.clone())]);
             let mut settings = Settings::load_from(None, env).unwrap();
             settings.worker.tmp_dir = out.path().join("scratch");
+            settings.worker.isolation = isolation;
+            settings.worker.sandbox_program =
+                Some(PathBuf::from(env!("CARGO_BIN_EXE_media-worker")));
             let p = settings.profiles.get_mut(&profile).expect("profile");
             if let Some(on) = on {
                 p.analysis = on;
             }
-            let name = if p.analysis { "on" } else { "off" }.to_owned();
+            let name = format!(
+                "analysis={} isolation={}",
+                if p.analysis { "on" } else { "off" },
+                if isolation == Isolation::Process { "process" } else { "inline" }
+            );
             let storage = LocalStorage::new(out.path()).with_bucket("corpus", &corpus);
             let svc = rt
                 .block_on(async {
@@ -94,6 +155,8 @@ fn main() {
                 cpu: 0.0,
                 wall: 0.0,
                 rounds: Vec::new(),
+                peak_parent: 0.0,
+                peak_child: 0.0,
             }
         })
         .collect();
@@ -136,27 +199,56 @@ fn main() {
         let n = modes.len();
         for k in 0..n {
             let m = &mut modes[(round + k) % n];
-            let (t0, c0) = (Instant::now(), cpu_seconds());
+            let children = m.children();
+            take_peak_mib("self");
+            for c in &children {
+                take_peak_mib(&c.to_string());
+            }
+            let (t0, c0) = (Instant::now(), cpu_seconds(&children));
             run_round(&m.runner, round);
-            let cpu = cpu_seconds() - c0;
+            // A child replaced during the round is counted through RUSAGE_CHILDREN once reaped.
+            let cpu = cpu_seconds(&m.children()) - c0;
             m.wall += t0.elapsed().as_secs_f64();
             m.cpu += cpu;
             m.rounds.push(cpu);
+            m.peak_parent = m.peak_parent.max(take_peak_mib("self"));
+            for c in m.children() {
+                m.peak_child = m.peak_child.max(take_peak_mib(&c.to_string()));
+            }
         }
     }
     let images = (photos.len() * rounds) as f64;
-    let peak = status_mib("VmHWM:");
     for m in &modes {
         println!(
-            "pipeline profile={profile} analysis={} pool={pool_size} images={images} wall={:.2}s \
-             throughput={:.2} images/s cpu_per_image={:.1}ms peak_rss={peak:.0}MiB",
+            "pipeline profile={profile} {} pool={pool_size} images={images} wall={:.2}s \
+             throughput={:.2} images/s cpu_per_image={:.1}ms peak_rss_worker={:.0}MiB \
+             peak_rss_child={:.0}MiB",
             m.name,
             m.wall,
             images / m.wall,
             m.cpu / images * 1000.0,
+            m.peak_parent,
+            m.peak_child,
         );
     }
-    if let [on, off] = &modes[..] {
+    if let ([process, inline], true) = (&modes[..], isolation.len() == 2) {
+        let rate = |m: &Mode| images / m.wall;
+        let cpu = |m: &Mode| m.cpu / images * 1000.0;
+        let mut added: Vec<f64> = (process.rounds.iter().zip(&inline.rounds))
+            .map(|(p, i)| (p / i - 1.0) * 100.0)
+            .collect();
+        added.sort_by(f64::total_cmp);
+        println!(
+            "the sandbox costs {:+.1} % images/s and {:+.1} % CPU per image (median of rounds \
+             {:+.1} %; goal <= 3 %); worker peak RSS {:.0} -> {:.0} MiB",
+            (rate(process) / rate(inline) - 1.0) * -100.0,
+            (cpu(process) / cpu(inline) - 1.0) * 100.0,
+            (added[(added.len() - 1) / 2] + added[added.len() / 2]) / 2.0,
+            inline.peak_parent,
+            process.peak_parent,
+        );
+    }
+    if let ([on, off], true) = (&modes[..], isolation.len() == 1) {
         // Round by round as well: the machine's speed drifts by more than the effect between
         // rounds, and the median of the paired rounds is the figure least moved by one bad round.
         let mut added: Vec<f64> = (on.rounds.iter().zip(&off.rounds))
