@@ -54,7 +54,11 @@ fn cpu_seconds(children: &[i32]) -> f64 {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let fields: Vec<u64> = stat
             .rsplit_once(')')
-            .map(|(_, rest)| rest.split_whitespace().filter_map(|f| f.parse().ok()).collect())
+            .map(|(_, rest)| {
+                rest.split_whitespace()
+                    .filter_map(|f| f.parse().ok())
+                    .collect()
+            })
             .unwrap_or_default();
         // utime, stime, cutime, cstime: fields 14-17 of stat, 10-13 of the numbers after ')'.
         total += fields.iter().skip(10).take(4).sum::<u64>() as f64 / hz;
@@ -141,7 +145,11 @@ fn main() {
             let name = format!(
                 "analysis={} isolation={}",
                 if p.analysis { "on" } else { "off" },
-                if isolation == Isolation::Process { "process" } else { "inline" }
+                if isolation == Isolation::Process {
+                    "process"
+                } else {
+                    "inline"
+                }
             );
             let storage = LocalStorage::new(out.path()).with_bucket("corpus", &corpus);
             let svc = rt

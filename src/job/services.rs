@@ -38,13 +38,14 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
     if removed > 0 {
         tracing::warn!(removed, dir = %settings.worker.tmp_dir.display(), "swept scratch dirs left by a previous run");
     }
-    let media = executor(&settings)?;
+    let metrics = Arc::new(Metrics::new());
+    let media = executor(&settings, &metrics)?;
     let health = Arc::new(Health::new(settings.worker.min_scratch_free_bytes));
     Ok(Services {
         worker: worker_info(&settings),
         settings,
         storage,
-        metrics: Arc::new(Metrics::new()),
+        metrics,
         registry: Registry::default(),
         health,
         media,
@@ -53,7 +54,7 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
 
 /// The media executor of `worker.isolation`: sandbox children started now (one per pool
 /// permit), or libvips started in this process for inline work. Needs a Tokio runtime.
-pub fn executor(settings: &Settings) -> anyhow::Result<Executor> {
+pub fn executor(settings: &Settings, metrics: &Metrics) -> anyhow::Result<Executor> {
     if settings.worker.isolation == Isolation::Inline {
         media::init(settings.worker.vips_threads);
         return Ok(Executor::Inline);
@@ -72,6 +73,7 @@ pub fn executor(settings: &Settings) -> anyhow::Result<Executor> {
         recycle_jobs: settings.worker.sandbox_recycle_jobs,
         recycle_rss_bytes: settings.worker.sandbox_recycle_rss_bytes,
         tmp_dir: settings.worker.tmp_dir.clone(),
+        deaths: metrics.sandbox_deaths.clone(),
     });
     pool.warm(settings.pool_size())?;
     tracing::info!(

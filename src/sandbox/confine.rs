@@ -131,3 +131,29 @@ pub fn signal_name(sig: i32) -> String {
     };
     name.to_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocation_failures_are_recognised_in_every_wording() {
+        for text in [
+            "memory allocation of 123456 bytes failed",
+            "GLib: failed to allocate 300000000 bytes",
+            "terminate called after throwing an instance of 'std::bad_alloc'",
+            "vips_tracked_malloc: out of memory --- size == 286MB",
+            "OpenCV(4.6.0) error: (-4:Insufficient memory) Failed to allocate",
+        ] {
+            assert!(mentions_allocation_failure(text), "{text}");
+        }
+        assert!(!mentions_allocation_failure("Premature end of JPEG file"));
+    }
+
+    #[test]
+    fn signals_are_named() {
+        assert_eq!(signal_name(libc::SIGSEGV), "SIGSEGV");
+        assert_eq!(signal_name(libc::SIGXCPU), "SIGXCPU");
+        assert_eq!(signal_name(63), "signal 63");
+    }
+}

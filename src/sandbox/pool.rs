@@ -12,7 +12,6 @@ use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,6 +37,8 @@ pub struct PoolConfig {
     pub recycle_rss_bytes: u64,
     /// `TMPDIR` of the children.
     pub tmp_dir: PathBuf,
+    /// Counts children that died on their own (a signal, the memory cap, a panic).
+    pub deaths: prometheus::IntCounter,
 }
 
 /// Pre-started children, reused across jobs.
@@ -47,8 +48,6 @@ pub struct Pool {
     idle: Arc<Mutex<Vec<Child>>>,
     /// Process groups of every child alive, idle or busy (for [`Pool::kill_all`]).
     live: Arc<Mutex<BTreeSet<i32>>>,
-    /// Children that died on their own (a signal, the memory cap, a panic).
-    deaths: Arc<AtomicU64>,
 }
 
 struct Child {
@@ -61,6 +60,15 @@ struct Child {
     /// Ends when its stderr closes.
     stderr_done: tokio::task::JoinHandle<()>,
     jobs: u32,
+    /// The pool's set of live process groups, which this one leaves when dropped (reaped, or
+    /// killed on drop if a job's future is dropped mid-run).
+    live: Arc<Mutex<BTreeSet<i32>>>,
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        self.live.lock().unwrap().remove(&self.pid);
+    }
 }
 
 /// How a job in one child ended.
@@ -79,7 +87,6 @@ impl Pool {
             config: Arc::new(config),
             idle: Arc::default(),
             live: Arc::default(),
-            deaths: Arc::default(),
         }
     }
 
@@ -117,13 +124,13 @@ impl Pool {
                     return result;
                 }
                 Ended::Crashed(f) if !crashed => {
-                    self.deaths.fetch_add(1, Ordering::Relaxed);
+                    self.config.deaths.inc();
                     tracing::warn!(stage = f.stage.as_str(), error = %f.error,
                         "sandbox child died: trying once more in a fresh one");
                     crashed = true;
                 }
                 Ended::Crashed(f) => {
-                    self.deaths.fetch_add(1, Ordering::Relaxed);
+                    self.config.deaths.inc();
                     return Err(f);
                 }
                 Ended::Stopped(f) => return Err(f),
@@ -204,7 +211,6 @@ impl Pool {
     /// A child whose stdout closed: reaped, and what killed it.
     async fn died(&self, mut child: Child, stage: Stage) -> Ended {
         let status = child.process.wait().await;
-        self.forget(child.pid);
         // Its last words, if it had any time to say them.
         let _ = tokio::time::timeout(Duration::from_secs(1), &mut child.stderr_done).await;
         let tail = child.stderr.text();
@@ -229,11 +235,6 @@ impl Pool {
         // SAFETY: plain syscall on a process group this process created and has not reaped.
         unsafe { libc::killpg(child.pid, libc::SIGKILL) };
         let _ = child.process.wait().await;
-        self.forget(child.pid);
-    }
-
-    fn forget(&self, pid: i32) {
-        self.live.lock().unwrap().remove(&pid);
     }
 
     /// An idle child, or a new one.
@@ -247,18 +248,16 @@ impl Pool {
                 Ok(None) => return Ok(child),
                 status => {
                     tracing::warn!(pid = child.pid, ?status, "idle sandbox child had died");
-                    self.deaths.fetch_add(1, Ordering::Relaxed);
-                    let _ = child.process.start_kill();
-                    self.forget(child.pid);
+                    self.config.deaths.inc();
                 }
             }
         }
     }
 
     /// Back to the pool, unless it is due for replacement.
-    fn checkin(&self, child: Child, result: &Result<MediaOutput, MediaFailure>) {
-        let jobs = child.jobs + 1;
-        let rss = confine::rss(child.pid as u32).unwrap_or(0);
+    fn checkin(&self, mut child: Child, result: &Result<MediaOutput, MediaFailure>) {
+        child.jobs += 1;
+        let (jobs, rss) = (child.jobs, confine::rss(child.pid as u32).unwrap_or(0));
         let spent = jobs >= self.config.recycle_jobs
             || rss > self.config.recycle_rss_bytes
             || result.is_err();
@@ -268,7 +267,7 @@ impl Pool {
             tokio::spawn(async move { pool.kill(child).await });
             return;
         }
-        self.idle.lock().unwrap().push(Child { jobs, ..child });
+        self.idle.lock().unwrap().push(child);
     }
 
     fn spawn(&self) -> std::io::Result<Child> {
@@ -307,6 +306,7 @@ impl Pool {
             stderr,
             stderr_done,
             jobs: 0,
+            live: self.live.clone(),
         })
     }
 
@@ -333,7 +333,7 @@ impl Pool {
 
     /// How many children died on their own so far (crashes, memory-cap kills, panics).
     pub fn deaths(&self) -> u64 {
-        self.deaths.load(Ordering::Relaxed)
+        self.config.deaths.get()
     }
 
     /// Process ids of the children alive (tests and the fuzz report).

@@ -38,6 +38,8 @@ pub struct Metrics {
     pub scratch_free_bytes: IntGauge,
     pub video_encoded_seconds: Counter,
     pub replays: IntCounter,
+    /// Sandbox children that died on their own (a crash, the memory cap), see `sandbox`.
+    pub sandbox_deaths: IntCounter,
     pub dead_lettered: IntCounter,
     pub minimal_responses: IntCounter,
     pub responses_held: IntGauge,
@@ -194,6 +196,10 @@ impl Metrics {
             replays: counter(
                 "replays_total",
                 "Requests answered from a stored manifest (same source ETag and profile)",
+            ),
+            sandbox_deaths: counter(
+                "sandbox_deaths_total",
+                "Sandbox children that died during a job (a decoder crash or the memory cap); each costs at most that job",
             ),
             ready: gauge("ready", "1 when ready to take work"),
             registry,

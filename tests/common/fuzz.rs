@@ -91,6 +91,7 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
         recycle_jobs: 100,
         recycle_rss_bytes: 512 << 20,
         tmp_dir: scratch.to_owned(),
+        deaths: prometheus::IntCounter::new("deaths", "sandbox deaths").unwrap(),
     });
 
     let mut files: Vec<PathBuf> = std::fs::read_dir(corpus)

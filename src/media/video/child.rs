@@ -94,10 +94,19 @@ pub fn run(
                 .map_err(|e| ChildError::Spawn(program.clone(), e))?,
         )
         .process_group(0);
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    // CPU time backstop behind `limit` (what every core could use in it): set per run, since
+    // in a sandbox ffmpeg would otherwise inherit the sandbox's budget for one image job.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let cpu = libc::rlimit {
+        rlim_cur: limit.as_secs().max(1) * cores + 5,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: prctl and setrlimit are async-signal-safe; nothing else runs between fork and
+    // exec. (A hard limit below infinity, set by an operator, makes setrlimit fail: kept.)
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            libc::setrlimit(libc::RLIMIT_CPU, &cpu);
             Ok(())
         });
     }
