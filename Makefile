@@ -52,6 +52,8 @@ bench: setup-test
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 10 --analysis compare
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 6 --isolation compare
 	cargo bench --bench pipeline -- --profile variants --pool 2 --rounds 6 --isolation compare
+	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3 --isolation process
+	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3 --isolation inline
 	cargo bench --bench video -- --rounds 3
 	cargo bench --bench dispatch -- --messages 20000 --ids 50
 	cargo bench --bench dispatch -- --messages 20000 --ids 50 --broker tansu

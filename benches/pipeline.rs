@@ -52,16 +52,17 @@ fn cpu_seconds(children: &[i32]) -> f64 {
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     for pid in children {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let fields: Vec<u64> = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| {
-                rest.split_whitespace()
-                    .filter_map(|f| f.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        // utime, stime, cutime, cstime: fields 14-17 of stat, 10-13 of the numbers after ')'.
-        total += fields.iter().skip(10).take(4).sum::<u64>() as f64 / hz;
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        // utime, stime, cutime, cstime: fields 14-17 of stat, 11-14 of those after ')'.
+        let ticks: u64 = rest
+            .split_whitespace()
+            .skip(11)
+            .take(4)
+            .filter_map(|f| f.parse::<u64>().ok())
+            .sum();
+        total += ticks as f64 / hz;
     }
     total
 }
@@ -247,13 +248,16 @@ fn main() {
             .collect();
         added.sort_by(f64::total_cmp);
         println!(
-            "the sandbox costs {:+.1} % images/s and {:+.1} % CPU per image (median of rounds \
-             {:+.1} %; goal <= 3 %); worker peak RSS {:.0} -> {:.0} MiB",
-            (rate(process) / rate(inline) - 1.0) * -100.0,
+            "sandbox vs inline: {:+.1} % images/s, {:+.1} % CPU per image (median of rounds \
+             {:+.1} %; goal: at most 3 % fewer images/s and 3 % more CPU); peak RSS of the \
+             process running the jobs {:.0} MiB inline, {:.0} MiB with sandboxes (each child \
+             {:.0} MiB at most; run one mode alone for the worker's own figure)",
+            (rate(process) / rate(inline) - 1.0) * 100.0,
             (cpu(process) / cpu(inline) - 1.0) * 100.0,
             (added[(added.len() - 1) / 2] + added[added.len() / 2]) / 2.0,
             inline.peak_parent,
             process.peak_parent,
+            process.peak_child,
         );
     }
     if let ([on, off], true) = (&modes[..], isolation.len() == 1) {
