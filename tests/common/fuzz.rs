@@ -25,6 +25,8 @@ pub struct Report {
     pub answered: usize,
     /// Answers by outcome: `ok` or the error code.
     pub outcomes: BTreeMap<String, usize>,
+    /// The first answer of each failing outcome: source file, mutation, message.
+    pub examples: BTreeMap<String, String>,
     /// Mutants per kind of mutation.
     pub mutations: BTreeMap<String, usize>,
     /// Children that died on their own, including the ones whose retry then succeeded.
@@ -46,6 +48,9 @@ impl fmt::Display for Report {
         writeln!(f, "answered           {}", self.answered)?;
         for (k, n) in &self.outcomes {
             writeln!(f, "  {k:<24} {n}")?;
+            if let Some(e) = self.examples.get(k) {
+                writeln!(f, "    e.g. {e}")?;
+            }
         }
         writeln!(f, "mutations          {:?}", self.mutations)?;
         writeln!(
@@ -101,28 +106,34 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
         .filter(|p| p.file_name().is_some_and(|n| n != "MANIFEST.tsv"))
         .collect();
     files.sort();
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let mut mutants: Vec<(Mutation, Vec<u8>)> = Vec::with_capacity(count);
-    for i in 0..count {
-        let data = std::fs::read(&files[i % files.len()]).unwrap();
-        let other = std::fs::read(&files[rng.usize(..files.len())]).unwrap();
-        // Each pass over the files starts one mutation further on: every kind on every file.
-        let how = MUTATIONS[(i + i / files.len()) % MUTATIONS.len()];
-        mutants.push((how, mutate(&data, &other, how, &mut rng)));
-    }
-
+    // Each mutant is made when its turn comes (from a seed of its own), so that the parent
+    // holds two at a time, as a worker holds its in-flight sources.
     let mut report = Report {
-        tried: mutants.len(),
+        tried: count,
         ..Report::default()
     };
-    let results: Vec<(Mutation, Result<(), MediaError>)> =
-        futures_util::stream::iter(mutants.into_iter().enumerate())
-            .map(|(i, (how, bytes))| {
+    let results: Vec<(String, Mutation, Result<(), MediaError>)> =
+        futures_util::stream::iter(0..count)
+            .map(|i| {
                 let (pool, job) = (pool.clone(), job.clone());
                 let dir = scratch.join(format!("m{i}"));
+                let mut rng = fastrand::Rng::with_seed(seed.wrapping_mul(1_000_003) ^ i as u64);
+                let file = &files[i % files.len()];
+                let other = &files[rng.usize(..files.len())];
+                // Each pass over the files starts one mutation further on: every kind on every
+                // file.
+                let how = MUTATIONS[(i + i / files.len()) % MUTATIONS.len()];
+                let name = file.file_name().unwrap().to_string_lossy().into_owned();
                 async move {
+                    let bytes = mutate(
+                        &std::fs::read(file).unwrap(),
+                        &std::fs::read(other).unwrap(),
+                        how,
+                        &mut rng,
+                    );
                     std::fs::create_dir_all(dir.join("out")).unwrap();
                     std::fs::write(dir.join("source"), &bytes).unwrap();
+                    drop(bytes);
                     let work = Work {
                         job,
                         input: dir.join("source"),
@@ -133,13 +144,13 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
                         .run(&work, &CancellationToken::new(), &mut |_| {})
                         .await;
                     std::fs::remove_dir_all(&dir).unwrap();
-                    (how, r.map(|_| ()).map_err(|f| f.error))
+                    (name, how, r.map(|_| ()).map_err(|f| f.error))
                 }
             })
             .buffer_unordered(2)
             .collect()
             .await;
-    for (how, r) in results {
+    for (name, how, r) in results {
         report.answered += 1;
         *report.mutations.entry(format!("{how:?}")).or_default() += 1;
         let outcome = match &r {
@@ -156,6 +167,13 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
                 code.to_owned()
             }
         };
+        if let Err(e) = &r {
+            let text: String = e.to_string().chars().take(160).collect();
+            report
+                .examples
+                .entry(outcome.clone())
+                .or_insert_with(|| format!("{name} ({how:?}): {text}"));
+        }
         *report.outcomes.entry(outcome).or_default() += 1;
     }
     report.child_deaths = pool.deaths();

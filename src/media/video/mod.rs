@@ -10,6 +10,7 @@ pub mod ffprobe;
 pub mod poster;
 pub mod transcode;
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -237,15 +238,33 @@ fn poster_outputs(
 fn ffmpeg_error(e: ChildError) -> MediaError {
     match e {
         ChildError::TimedOut(d) => MediaError::Timeout(d),
+        ChildError::Failed { status, .. } if status.signal().is_some() => {
+            // Not our kill (that is a timeout or a cancellation): ffmpeg itself crashed.
+            MediaError::Crashed(format!("ffmpeg {status}"))
+        }
+        ChildError::Failed { stderr, status, .. } if stderr.is_empty() => {
+            MediaError::Transform(format!("ffmpeg {status}"))
+        }
         ChildError::Failed { stderr, .. } => {
-            // ffprobe read the headers, so a decoder failing now met broken data.
-            const CORRUPT: [&str; 6] = [
+            // ffprobe read the headers, so a decoder or demuxer failing now met broken data
+            // (ffmpeg runs with -xerror: it stops at the first error).
+            const CORRUPT: [&str; 16] = [
                 "Invalid data",
                 "partial file",
                 "moov atom",
                 "corrupt",
                 "error while decoding",
                 "Error while decoding",
+                "Invalid NAL unit",
+                "Error splitting the input",
+                "missing picture",
+                "Header missing",
+                "Input buffer exhausted",
+                "exceeds limit",
+                "outside the valid range",
+                "validation failed",
+                "invalid as first byte of an EBML number",
+                "exceeds containing master element",
             ];
             if CORRUPT.iter().any(|c| stderr.contains(c)) {
                 MediaError::Corrupt(format!("ffmpeg: {stderr}"))
