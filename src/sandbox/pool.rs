@@ -120,7 +120,7 @@ impl Pool {
                 .await;
             match ended {
                 Ended::Answered(result, child) => {
-                    self.checkin(*child, &result);
+                    self.checkin(*child, &result).await;
                     return result;
                 }
                 Ended::Crashed(f) if !crashed => {
@@ -254,8 +254,9 @@ impl Pool {
         }
     }
 
-    /// Back to the pool, unless it is due for replacement.
-    fn checkin(&self, mut child: Child, result: &Result<MediaOutput, MediaFailure>) {
+    /// Back to the pool, unless it is due for replacement (then killed and reaped now, so that
+    /// no process outlives its job's permit).
+    async fn checkin(&self, mut child: Child, result: &Result<MediaOutput, MediaFailure>) {
         child.jobs += 1;
         let (jobs, rss) = (child.jobs, confine::rss(child.pid as u32).unwrap_or(0));
         let spent = jobs >= self.config.recycle_jobs
@@ -263,8 +264,7 @@ impl Pool {
             || result.is_err();
         if spent {
             tracing::debug!(pid = child.pid, jobs, rss, "sandbox child replaced");
-            let pool = self.clone();
-            tokio::spawn(async move { pool.kill(child).await });
+            self.kill(child).await;
             return;
         }
         self.idle.lock().unwrap().push(child);

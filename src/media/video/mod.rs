@@ -248,7 +248,7 @@ fn ffmpeg_error(e: ChildError) -> MediaError {
         ChildError::Failed { stderr, .. } => {
             // ffprobe read the headers, so a decoder or demuxer failing now met broken data
             // (ffmpeg runs with -xerror: it stops at the first error).
-            const CORRUPT: [&str; 16] = [
+            const CORRUPT: [&str; 18] = [
                 "Invalid data",
                 "partial file",
                 "moov atom",
@@ -261,10 +261,12 @@ fn ffmpeg_error(e: ChildError) -> MediaError {
                 "Header missing",
                 "Input buffer exhausted",
                 "exceeds limit",
+                "Number of bands",
                 "outside the valid range",
                 "validation failed",
                 "invalid as first byte of an EBML number",
                 "exceeds containing master element",
+                "invalid band type",
             ];
             if CORRUPT.iter().any(|c| stderr.contains(c)) {
                 MediaError::Corrupt(format!("ffmpeg: {stderr}"))
