@@ -1,5 +1,6 @@
 //! Configuration: the embedded `config/default.toml`, then an optional file
-//! (`--config` / `MEDIA_WORKER_CONFIG`), then environment variables (see [`ENV_KEYS`]); loaded
+//! (`--config` / `MEDIA_WORKER_CONFIG`), then environment variables (every key as
+//! `MEDIA_WORKER_<SECTION>__<KEY>`, see [`ENV_PREFIX`], and the short names of [`ENV_KEYS`]); loaded
 //! and validated here. The media sections (limits, analysis, video, profiles) are the media
 //! code's own types (`media::settings`).
 
@@ -17,7 +18,13 @@ use crate::media::settings::{AnalysisSettings, Limits, MediaJob, Profile, VideoS
 
 const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
-/// Environment variables and the config keys they override.
+/// Prefix of the environment variable of every key: `MEDIA_WORKER_<SECTION>__<KEY>` (upper
+/// case, `__` between levels), e.g. `MEDIA_WORKER_LIMITS__MAX_FRAMES`,
+/// `MEDIA_WORKER_PROFILES__DEFAULT__WIDTHS="[320, 640]"`.
+pub const ENV_PREFIX: &str = "MEDIA_WORKER_";
+
+/// Short names kept for the documented settings, and the keys they set. The short name wins
+/// when both are given.
 pub const ENV_KEYS: &[(&str, &str)] = &[
     ("KAFKA_BOOTSTRAP_SERVERS", "kafka.bootstrap_servers"),
     ("KAFKA_GROUP_ID", "kafka.group_id"),
@@ -269,17 +276,26 @@ impl Settings {
             }
             fig = fig.merge(Toml::file(path));
         }
-        // Mapped variables are parsed as figment parses environment values ("6000" is a
-        // number, "true" a boolean), so type errors name the key like any other.
-        for (name, key) in ENV_KEYS {
-            if let Some((_, raw)) = env.iter().find(|(n, _)| n == name) {
-                let value: figment::value::Value = if STRING_KEYS.contains(key) {
-                    raw.clone().into()
-                } else {
-                    raw.parse().expect("infallible")
-                };
-                fig = fig.merge((*key, value));
-            }
+        // Every key by its full name (`MEDIA_WORKER_WORKER__POOL_SIZE` for `worker.pool_size`),
+        // then the short names of [`ENV_KEYS`]. Values are parsed as figment parses
+        // environment values ("6000" is a number, "true" a boolean, "[320, 640]" an array),
+        // so type errors name the key like any other; [`STRING_KEYS`] stay text.
+        let generic = env.iter().filter_map(|(name, raw)| {
+            let rest = name.strip_prefix(ENV_PREFIX)?;
+            // `MEDIA_WORKER_CONFIG` names the file, not a key.
+            (rest != "CONFIG").then(|| (rest.to_ascii_lowercase().replace("__", "."), raw))
+        });
+        let short = ENV_KEYS.iter().filter_map(|(name, key)| {
+            let (_, raw) = env.iter().find(|(n, _)| n == name)?;
+            Some(((*key).to_owned(), raw))
+        });
+        for (key, raw) in generic.collect::<Vec<_>>().into_iter().chain(short) {
+            let value: figment::value::Value = if STRING_KEYS.contains(&key.as_str()) {
+                raw.clone().into()
+            } else {
+                raw.parse().expect("infallible")
+            };
+            fig = fig.merge((key, value));
         }
         let mut settings: Settings = fig.extract().map_err(|e| ConfigError::Parse(one_line(e)))?;
         for (name, value) in &env {
@@ -326,15 +342,24 @@ fn container_memory() -> Option<u64> {
     })
 }
 
-/// figment's error text, on one line and naming the environment variable when it was one.
+/// figment's error text, on one line, naming the environment variables of the key.
 fn one_line(e: figment::Error) -> String {
     let key = e.path.join(".");
-    let env = ENV_KEYS.iter().find(|(_, k)| *k == key).map(|(n, _)| *n);
     let text = e.to_string().replace('\n', " ");
-    match env {
-        Some(name) if !key.is_empty() => format!("{text} (environment variable {name})"),
-        _ => text,
+    if key.is_empty() {
+        return text;
     }
+    let short = ENV_KEYS.iter().find(|(_, k)| *k == key);
+    let short = short.map(|(n, _)| format!("{n} or ")).unwrap_or_default();
+    format!("{text} (environment variable {short}{})", env_name(&key))
+}
+
+/// The environment variable of a key: `worker.pool_size` → `MEDIA_WORKER_WORKER__POOL_SIZE`.
+pub fn env_name(key: &str) -> String {
+    format!(
+        "{ENV_PREFIX}{}",
+        key.to_ascii_uppercase().replace('.', "__")
+    )
 }
 
 impl Settings {
@@ -561,12 +586,106 @@ mod tests {
         assert!(!s.profiles["variants"].analysis);
     }
 
+    /// Every leaf of the embedded defaults, as `(key, value)`.
+    fn leaves(
+        prefix: &str,
+        dict: &figment::value::Dict,
+        out: &mut Vec<(String, figment::value::Value)>,
+    ) {
+        for (k, v) in dict {
+            let key = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            match v {
+                figment::value::Value::Dict(_, d) if !d.is_empty() => leaves(&key, d, out),
+                _ => out.push((key, v.clone())),
+            }
+        }
+    }
+
+    /// A different valid value for a key of the defaults, as an environment value.
+    fn another(key: &str, value: &figment::value::Value) -> String {
+        use figment::value::{Num, Value};
+        match (key, value) {
+            ("worker.isolation", _) => "inline".into(),
+            ("http.addr", _) => "127.0.0.1:9999".into(),
+            ("kafka.properties", _) => "{socket_timeout_ms = 1000}".into(),
+            (k, _) if k.ends_with("face_cascade") || k.ends_with("profile_cascade") => {
+                "/usr/share/opencv4/haarcascades/haarcascade_frontalface_default.xml".into()
+            }
+            (k, _) if k.ends_with(".widths") => "[300, 600]".into(),
+            (k, _) if k.ends_with(".formats") => "[{format = \"jpeg\", quality = 50}]".into(),
+            (k, _) if k.ends_with(".renditions") => "[{height = 360, crf = 30}]".into(),
+            (k, _) if k.ends_with(".thumbnail") => "{width = 100, height = 50}".into(),
+            (_, Value::Bool(_, b)) => (!b).to_string(),
+            (_, Value::Num(_, Num::F64(f))) => (f * 1.5).to_string(),
+            (_, Value::Num(_, n)) => (n.to_i128().expect("an integer") + 1).to_string(),
+            (_, Value::String(_, s)) => format!("{s}x"),
+            (k, v) => panic!("no test value for {k} = {v:?}"),
+        }
+    }
+
+    #[test]
+    fn every_key_of_the_defaults_can_be_set_from_the_environment() {
+        let dict: figment::value::Dict =
+            Figment::from(Toml::string(DEFAULT_TOML)).extract().unwrap();
+        let mut keys = Vec::new();
+        leaves("", &dict, &mut keys);
+        assert!(keys.len() > 70, "{} keys", keys.len());
+        let default = format!("{:?}", Settings::load_from(None, env(&[])).unwrap());
+        for (key, value) in &keys {
+            let name = env_name(key);
+            let raw = another(key, value);
+            let set = Settings::load_from(None, env(&[(&name, &raw)]))
+                .unwrap_or_else(|e| panic!("{name}={raw}: {e}"));
+            assert_ne!(format!("{set:?}"), default, "{name}={raw} changed nothing");
+        }
+        // The documented short names are aliases: the same value by either name, the same
+        // settings (keys without a default are optional ones).
+        const OPTIONAL: [&str; 3] = [
+            "kafka.group_instance_id",
+            "worker.id",
+            "worker.sandbox_program",
+        ];
+        for (short, key) in ENV_KEYS {
+            let Some((_, value)) = keys.iter().find(|(k, _)| k == key) else {
+                assert!(
+                    OPTIONAL.contains(key),
+                    "{short}: {key} is not a key of the defaults"
+                );
+                continue;
+            };
+            let raw = another(key, value);
+            let by_short = Settings::load_from(None, env(&[(short, &raw)])).unwrap();
+            let by_name = Settings::load_from(None, env(&[(&env_name(key), &raw)])).unwrap();
+            assert_eq!(format!("{by_short:?}"), format!("{by_name:?}"), "{short}");
+        }
+        // The short name wins when both are given.
+        let s = Settings::load_from(
+            None,
+            env(&[
+                ("MEDIA_WORKER_WORKER__POOL_SIZE", "5"),
+                ("WORKER_POOL_SIZE", "3"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.worker.pool_size, 3);
+        let s =
+            Settings::load_from(None, env(&[("MEDIA_WORKER_KAFKA__GROUP_ID", "12345")])).unwrap();
+        assert_eq!(s.kafka.group_id, "12345", "numeric-looking text stays text");
+    }
+
     #[test]
     fn a_bad_value_names_its_key_and_variable() {
         let e = Settings::load_from(None, env(&[("WORKER_POOL_SIZE", "lots")])).unwrap_err();
         let text = e.to_string();
         assert!(text.contains("worker.pool_size"), "{text}");
-        assert!(text.contains("WORKER_POOL_SIZE"), "{text}");
+        assert!(
+            text.contains("WORKER_POOL_SIZE or MEDIA_WORKER_WORKER__POOL_SIZE"),
+            "{text}"
+        );
         assert!(!text.contains('\n'));
     }
 
