@@ -6,7 +6,7 @@ set -euo pipefail
 
 APT_PACKAGES=(pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev opencv-data ffmpeg)
 # Tests read outputs back with independent tools: exiftool (metadata) and Pillow (colours).
-if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(libimage-exiftool-perl python3-pil); fi
+if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(libimage-exiftool-perl python3-pil prometheus); fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

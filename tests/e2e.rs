@@ -9,6 +9,7 @@ use common::*;
 use media_worker::contract::ErrorCode;
 use media_worker::contract::Stage;
 use media_worker::contract::{OptimizeResponse, Status};
+use media_worker::media::settings::DEFAULT_CACHE_CONTROL;
 use media_worker::media::transform::plan_widths;
 use media_worker::media::vips::Image;
 
@@ -131,7 +132,7 @@ async fn corpus_images_become_decodable_variants() {
         for o in &r.outputs {
             let (bytes, ct, cc) = stack.get(&o.bucket, &o.key).await;
             assert_eq!(ct.as_deref(), Some(o.content_type.as_str()), "{}", o.key);
-            assert_eq!(cc.as_deref(), Some("public, max-age=31536000, immutable"));
+            assert_eq!(cc.as_deref(), Some(DEFAULT_CACHE_CONTROL));
             assert_eq!(bytes.len() as u64, o.size_bytes, "{}", o.key);
             let img = decode(&bytes);
             assert_eq!(

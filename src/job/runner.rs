@@ -230,6 +230,7 @@ impl JobRunner {
                     bucket: &svc.settings.storage.output_bucket,
                     req,
                     media_type,
+                    cache_control: &svc.settings.profiles[profile].cache_control,
                 };
                 let outputs = upload::run(&to, &files).await?;
                 let done = Done {

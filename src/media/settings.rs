@@ -104,6 +104,18 @@ pub struct Profile {
     /// A poster frame sent through the image outputs above.
     #[serde(default = "yes")]
     pub poster: bool,
+    /// `Cache-Control` of the uploaded outputs (used by the upload stage).
+    #[serde(default = "default_cache_control")]
+    pub cache_control: String,
+}
+
+/// Output keys are stable but not immutable: `force: true` and a new version of the source
+/// overwrite them. A cache serves an overwritten output for at most an hour (a day while it
+/// revalidates in the background). A profile whose keys never change may say `immutable`.
+pub const DEFAULT_CACHE_CONTROL: &str = "public, max-age=3600, stale-while-revalidate=86400";
+
+fn default_cache_control() -> String {
+    DEFAULT_CACHE_CONTROL.to_owned()
 }
 
 /// One rung of the video ladder: `height` is the shorter displayed side (720 = 720p, also for

@@ -7,8 +7,6 @@ use crate::media::ProducedFile;
 use crate::storage::{ObjectMeta, Storage, StorageError};
 use crate::telemetry::Metrics;
 
-/// Outputs are immutable: the same request always writes the same bytes to the same key.
-pub const CACHE_CONTROL: &str = "public, max-age=31536000, immutable";
 const PARALLEL_UPLOADS: usize = 4;
 
 /// `{user_id}/{images|videos}/{media_id}/{name}`
@@ -27,6 +25,8 @@ pub struct Destination<'a> {
     pub bucket: &'a str,
     pub req: &'a OptimizeRequest,
     pub media_type: MediaType,
+    /// The profile's `cache_control`.
+    pub cache_control: &'a str,
 }
 
 pub async fn run(
@@ -45,7 +45,7 @@ async fn upload_one(to: &Destination<'_>, f: &ProducedFile) -> Result<Output, St
     let key = key(&to.req.user_id, to.media_type, &to.req.media_id, &f.name);
     let meta = ObjectMeta {
         content_type: f.format.content_type(),
-        cache_control: CACHE_CONTROL,
+        cache_control: to.cache_control,
     };
     to.storage.upload(bucket, &key, &f.path, &meta).await?;
     to.metrics.bytes_uploaded.inc_by(f.size_bytes);

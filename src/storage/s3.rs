@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_config::BehaviorVersion;
-use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
@@ -33,9 +32,11 @@ impl S3Storage {
             .connect_timeout(Duration::from_secs(5))
             .operation_attempt_timeout(Duration::from_secs(settings.timeout_secs))
             .build();
+        // The SDK's standard retries per call (3 attempts, or AWS_MAX_ATTEMPTS / AWS_RETRY_MODE
+        // from the environment): one failed PUT is retried in place instead of redoing the job.
+        // The worker's own attempts (RETRY_COUNT) come on top, for outages.
         let shared = aws_config::defaults(BehaviorVersion::latest())
             .timeout_config(timeouts)
-            .retry_config(RetryConfig::disabled())
             .load()
             .await;
         let conf = aws_sdk_s3::config::Builder::from(&shared)

@@ -82,6 +82,7 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
             crf: 35,
         }],
         poster: true,
+        cache_control: "no-cache".into(),
     };
     settings.profiles.insert("fuzz".into(), fuzz);
     settings.limits.max_video_seconds = 30;
