@@ -7,6 +7,10 @@ RUN apt-get update \
       pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
+# The source revision for media_worker_build_info (no .git in the build context):
+#   docker build --build-arg MEDIA_WORKER_REVISION=$(git rev-parse --short=12 HEAD) .
+ARG MEDIA_WORKER_REVISION=unknown
+ENV MEDIA_WORKER_REVISION=${MEDIA_WORKER_REVISION}
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY config ./config
 COPY src ./src

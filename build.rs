@@ -1,6 +1,23 @@
 // Links our small FFI layers (src/media/vips.rs, webpmux.rs) against the system libvips and
-// libwebpmux via pkg-config.
+// libwebpmux via pkg-config, and records the source revision for `media_worker_build_info`.
 fn main() {
+    // MEDIA_WORKER_REVISION at build time (an image build without .git), else git's HEAD.
+    println!("cargo:rerun-if-env-changed=MEDIA_WORKER_REVISION");
+    println!("cargo:rerun-if-changed=.git/HEAD");
+    println!("cargo:rerun-if-changed=.git/refs/heads");
+    let revision = std::env::var("MEDIA_WORKER_REVISION").ok().or_else(|| {
+        let out = std::process::Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    });
+    println!(
+        "cargo:rustc-env=MEDIA_WORKER_REVISION={}",
+        revision.unwrap_or_else(|| "unknown".to_owned())
+    );
     pkg_config::Config::new()
         .atleast_version("8.12")
         .probe("vips")

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
-use crate::contract::{ErrorCode, OptimizeRequest, OptimizeResponse, Stage};
+use crate::contract::{ErrorCode, MediaType, OptimizeRequest, OptimizeResponse, Stage};
 use crate::media::Event;
 use crate::retry;
 use crate::sandbox::{Executor, Work};
@@ -177,6 +177,7 @@ impl JobRunner {
             .timed(
                 job,
                 Stage::Download,
+                req.media_type,
                 download::run(
                     &*svc.storage,
                     &svc.metrics,
@@ -223,7 +224,7 @@ impl JobRunner {
         let (files, analysis, warnings) = (media.files, media.analysis, media.warnings);
         let (src, scratch_path) = (source.clone(), scratch.path().to_owned());
         let done = self
-            .timed(job, Stage::Upload, async move {
+            .timed(job, Stage::Upload, Some(media_type), async move {
                 let to = upload::Destination {
                     storage: &*svc.storage,
                     metrics: &svc.metrics,
@@ -257,13 +258,14 @@ impl JobRunner {
         &self,
         job: &JobHandle,
         stage: Stage,
+        media_type: Option<MediaType>,
         fut: impl Future<Output = Result<T, E>>,
     ) -> Result<T, Failure> {
         job.stage(stage);
         let t = Instant::now();
         let span = tracing::info_span!("stage", otel.name = stage.span_name());
         let r = fut.instrument(span).await.map_err(Failure::at(stage));
-        self.svc.metrics.observe_stage(stage, t.elapsed());
+        self.svc.metrics.observe_stage(stage, media_type, t.elapsed());
         r
     }
 }
@@ -310,6 +312,7 @@ struct StageClock {
     metrics: Arc<crate::telemetry::Metrics>,
     parent: tracing::Span,
     current: std::sync::Mutex<Option<(Stage, Instant, tracing::Span)>>,
+    media_type: std::sync::Mutex<Option<MediaType>>,
 }
 
 impl StageClock {
@@ -319,6 +322,7 @@ impl StageClock {
             metrics,
             parent: tracing::Span::current(),
             current: Default::default(),
+            media_type: Default::default(),
         }
     }
 
@@ -332,13 +336,15 @@ impl StageClock {
             }
             Event::Progress(p) => self.job.progress(p),
             Event::Encoded(d) => self.metrics.video_encoded_seconds.inc_by(d.as_secs_f64()),
+            Event::Detected(t) => *self.media_type.lock().unwrap() = Some(t),
             Event::TimeLimit(_) => {}
         }
     }
 
     fn close(&self, stage: Option<(Stage, Instant, tracing::Span)>) {
         if let Some((s, t, _span)) = stage {
-            self.metrics.observe_stage(s, t.elapsed());
+            let media_type = *self.media_type.lock().unwrap();
+            self.metrics.observe_stage(s, media_type, t.elapsed());
         }
     }
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::contract::Stage;
+use crate::contract::{MediaType, Stage};
 
 /// What the caller hears while media work runs, and how it stops it.
 pub struct Control<'a> {
@@ -30,6 +30,8 @@ impl<'a> Control<'a> {
 pub enum Event {
     /// A stage starts.
     Stage(Stage),
+    /// What the input is, detected from its bytes.
+    Detected(MediaType),
     /// Fraction of the current stage done (video transcodes).
     Progress(f32),
     /// Media time encoded since the last report.

@@ -21,7 +21,7 @@ mod webpmux;
 
 use std::path::Path;
 
-use crate::contract::Stage;
+use crate::contract::{MediaType, Stage};
 use error::at;
 use sniff::Sniffed;
 
@@ -48,9 +48,15 @@ pub fn process(
     ctl.emit(Event::Stage(Stage::Probe));
     let unsupported = |m: &str| Err(at(Stage::Probe)(MediaError::Unsupported(m.into())));
     match sniff::sniff_file(input).map_err(|e| at(Stage::Probe)(e.into()))? {
-        Sniffed::Image(format) => image::run(job, input, format, out_dir, ctl),
-        Sniffed::Video(container) => tracing::info_span!("media.process_video")
-            .in_scope(|| video::process(job, input, container, out_dir, ctl)),
+        Sniffed::Image(format) => {
+            ctl.emit(Event::Detected(MediaType::Image));
+            image::run(job, input, format, out_dir, ctl)
+        }
+        Sniffed::Video(container) => {
+            ctl.emit(Event::Detected(MediaType::Video));
+            tracing::info_span!("media.process_video")
+                .in_scope(|| video::process(job, input, container, out_dir, ctl))
+        }
         Sniffed::Svg => unsupported("SVG (vector) input is not accepted"),
         Sniffed::Empty => Err(at(Stage::Probe)(MediaError::Corrupt(
             "the file is empty".into(),

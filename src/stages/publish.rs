@@ -89,6 +89,6 @@ pub async fn run(
         fallback: &fallback,
     };
     publisher.publish(&out, give_up).instrument(span).await?;
-    metrics.observe_stage(Stage::Publish, started.elapsed());
+    metrics.observe_stage(Stage::Publish, response.media_type, started.elapsed());
     Ok(())
 }

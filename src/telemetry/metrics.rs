@@ -8,7 +8,7 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::contract::{ErrorCode, OptimizeResponse, Stage};
+use crate::contract::{ErrorCode, MediaType, OptimizeResponse, Stage};
 
 pub struct Metrics {
     pub registry: Registry,
@@ -46,13 +46,17 @@ pub struct Metrics {
     pub responses_dropped: IntCounter,
     pub producer_restarts: IntCounter,
     pub ready: IntGauge,
+    /// 1, labelled with the version and source revision of this binary.
+    pub build_info: IntGaugeVec,
 }
 
 /// The mean job time assumed until jobs have been measured.
 const PRIOR_JOB_SECONDS: f64 = 1.0;
 
+/// Up to an hour: the longest ffmpeg run allowed by default is 30 s + 4 s x 600 s = 2430 s.
 const DURATION_BUCKETS: &[f64] = &[
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    1200.0, 2400.0, 3600.0,
 ];
 
 fn name(n: &str) -> String {
@@ -102,8 +106,8 @@ impl Metrics {
             ),
             stage_duration: histogram(
                 "stage_duration_seconds",
-                "Wall time of one stage",
-                &["stage"],
+                "Wall time of one stage, by media type (`unknown` before it is detected)",
+                &["stage", "media_type"],
             ),
             in_flight: gauge("jobs_in_flight", "Jobs received and not yet answered"),
             pool_size: gauge("pool_size", "Permits in the job pool"),
@@ -111,7 +115,7 @@ impl Metrics {
             retries: counter_vec(
                 "retries_total",
                 "Attempts retried, by error code",
-                &["reason"],
+                &["error_code"],
             ),
             held_jobs: gauge(
                 "jobs_held",
@@ -202,9 +206,20 @@ impl Metrics {
                 "Sandbox children that died during a job (a decoder crash or the memory cap); each costs at most that job",
             ),
             ready: gauge("ready", "1 when ready to take work"),
+            build_info: reg(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(name("build_info"), "1, labelled with this binary's version and source revision"),
+                    &["version", "revision"],
+                )
+                .unwrap(),
+            ),
             registry,
         };
         m.init_series();
+        m.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("MEDIA_WORKER_REVISION")])
+            .set(1);
         m
     }
 
@@ -269,9 +284,10 @@ impl Metrics {
         queued + running
     }
 
-    pub fn observe_stage(&self, stage: Stage, d: Duration) {
+    pub fn observe_stage(&self, stage: Stage, media_type: Option<MediaType>, d: Duration) {
+        let kind = media_type.map_or("unknown", MediaType::as_str);
         self.stage_duration
-            .with_label_values(&[stage.as_str()])
+            .with_label_values(&[stage.as_str(), kind])
             .observe(d.as_secs_f64());
     }
 
