@@ -314,7 +314,7 @@ async fn storage_outage_holds_the_job_until_the_store_is_back() {
     let jobs = worker.jobs();
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0]["phase"], "held", "{jobs:?}");
-    let retried = "media_worker_retries_total{reason=\"storage_unavailable\"}";
+    let retried = "media_worker_retries_total{error_code=\"storage_unavailable\"}";
     assert_eq!(
         worker.metric(retried),
         Some(2.0),
