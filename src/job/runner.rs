@@ -265,7 +265,9 @@ impl JobRunner {
         let t = Instant::now();
         let span = tracing::info_span!("stage", otel.name = stage.span_name());
         let r = fut.instrument(span).await.map_err(Failure::at(stage));
-        self.svc.metrics.observe_stage(stage, media_type, t.elapsed());
+        self.svc
+            .metrics
+            .observe_stage(stage, media_type, t.elapsed());
         r
     }
 }

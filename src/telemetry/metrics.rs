@@ -209,7 +209,10 @@ impl Metrics {
             build_info: reg(
                 &registry,
                 IntGaugeVec::new(
-                    Opts::new(name("build_info"), "1, labelled with this binary's version and source revision"),
+                    Opts::new(
+                        name("build_info"),
+                        "1, labelled with this binary's version and source revision",
+                    ),
                     &["version", "revision"],
                 )
                 .unwrap(),
@@ -238,9 +241,10 @@ impl Metrics {
             for outcome in ["completed", "degraded", "failed"] {
                 self.job_duration.with_label_values(&[media_type, outcome]);
             }
-        }
-        for stage in Stage::ALL {
-            self.stage_duration.with_label_values(&[stage.as_str()]);
+            for stage in Stage::ALL {
+                self.stage_duration
+                    .with_label_values(&[stage.as_str(), media_type]);
+            }
         }
         for kind in ["assign", "revoke", "error"] {
             self.rebalances.with_label_values(&[kind]);
