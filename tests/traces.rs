@@ -14,6 +14,7 @@ use media_worker::storage::LocalStorage;
 use media_worker::telemetry::traces;
 use media_worker::worker;
 use opentelemetry::Value;
+use opentelemetry::trace::Status;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -164,7 +165,29 @@ async fn a_job_is_one_span_tree_that_continues_the_producers_trace() {
     assert_eq!(attr(root, "processing.success"), Some(true.into()));
     assert_eq!(attr(root, "job.retry_count"), Some(0i64.into()));
     assert_eq!(attr(root, "messaging.system"), Some("kafka".into()));
+    assert_eq!(
+        attr(root, "messaging.operation.type"),
+        Some("process".into())
+    );
+    assert_eq!(
+        attr(root, "messaging.destination.name"),
+        Some(requests.clone().into())
+    );
+    assert_eq!(
+        attr(root, "messaging.destination.partition.id"),
+        Some("0".into())
+    );
+    assert_eq!(
+        attr(root, "messaging.consumer.group.name"),
+        Some("media-worker".into())
+    );
+    assert!(matches!(
+        attr(root, "messaging.kafka.offset"),
+        Some(Value::I64(0 | 1))
+    ));
     assert_eq!(attr(root, "error.code"), None);
+    assert_eq!(attr(root, "error.type"), None);
+    assert_eq!(root.status, Status::Unset);
     child_of(&good, "media.process_job_with_retry", "media.process_event");
     child_of(&good, "media.process_job", "media.process_job_with_retry");
     // The media stages run in a sandbox child; their spans are made from its stage events.
@@ -189,6 +212,14 @@ async fn a_job_is_one_span_tree_that_continues_the_producers_trace() {
     let root = &bad["media.process_event"];
     assert_eq!(attr(root, "processing.success"), Some(false.into()));
     assert_eq!(attr(root, "error.code"), Some("source_not_found".into()));
+    assert_eq!(attr(root, "error.type"), Some("source_not_found".into()));
+    assert!(
+        matches!(root.status, Status::Error { .. }),
+        "{:?}",
+        root.status
+    );
+    let send = &bad["kafka.send_processing_result"];
+    assert_eq!(attr(send, "messaging.operation.type"), Some("send".into()));
     child_of(&bad, "media.download", "media.process_job");
     assert!(
         !bad.contains_key("image.compress"),

@@ -72,7 +72,8 @@ pub async fn run(
         "kafka.send_processing_result",
         otel.kind = "producer",
         messaging.system = "kafka",
-        messaging.operation = "publish",
+        messaging.operation.type = "send",
+        messaging.operation.name = "send",
         messaging.destination.name = %topic,
         messaging.kafka.message.key = %key,
     );

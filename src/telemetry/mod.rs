@@ -3,6 +3,7 @@
 
 pub mod health;
 pub mod http;
+mod logs;
 mod metrics;
 pub mod registry;
 pub mod traces;
@@ -11,7 +12,8 @@ pub use health::Health;
 pub use metrics::Metrics;
 pub use registry::{JobHandle, Registry};
 
-/// JSON log lines on stderr (`RUST_LOG` filters, default `info`) and trace spans (see
+/// JSON log lines on stderr with the trace and span ids of their span (see [`logs`];
+/// `RUST_LOG` filters, default `info`) and trace spans (see
 /// [`traces`]; their own filter, so a quiet log keeps its traces). Shut the returned provider
 /// down at exit: that flushes the spans.
 pub fn init_logging() -> opentelemetry_sdk::trace::SdkTracerProvider {
@@ -20,10 +22,8 @@ pub fn init_logging() -> opentelemetry_sdk::trace::SdkTracerProvider {
     let provider = traces::provider_from_env();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let logs = tracing_subscriber::fmt::layer()
-        .json()
+        .event_format(logs::JsonWithTrace)
         .with_writer(std::io::stderr)
-        .with_current_span(false)
-        .with_span_list(false)
         .with_filter(filter);
     let spans = traces::layer(&provider)
         .with_filter(Targets::new().with_target("media_worker", tracing::Level::INFO));

@@ -5,7 +5,7 @@
 //! ├─ media.process_job_with_retry
 //! │  └─ media.process_job                  (one per attempt)
 //! │     ├─ media.download
-//! │     ├─ image.analyze, image.compress   | media.process_video
+//! │     ├─ media.probe, media.analyze, media.transform  (from the media work's stage events)
 //! │     └─ media.upload
 //! └─ kafka.send_processing_result          (its context goes out as the response's traceparent)
 //! ```
@@ -26,11 +26,7 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 /// The provider: OTLP/HTTP export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (the exporter
 /// reads the standard `OTEL_*` variables itself), else ids only.
 pub fn provider_from_env() -> SdkTracerProvider {
-    let builder = SdkTracerProvider::builder().with_resource(
-        opentelemetry_sdk::Resource::builder()
-            .with_service_name("media-worker")
-            .build(),
-    );
+    let builder = SdkTracerProvider::builder().with_resource(resource());
     let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").unwrap_or_default();
     if endpoint.is_empty() {
         return builder.build();
@@ -44,6 +40,25 @@ pub fn provider_from_env() -> SdkTracerProvider {
             eprintln!("media-worker: OTLP exporter disabled: {e}");
             builder.build()
         }
+    }
+}
+
+/// `service.name` (`OTEL_SERVICE_NAME` or `service.name` in `OTEL_RESOURCE_ATTRIBUTES` when
+/// given, else `media-worker`), `service.version`, and the SDK's own attributes.
+pub fn resource() -> opentelemetry_sdk::Resource {
+    // The builder's detectors read OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; without
+    // either the SDK says `unknown_service`.
+    let detected = opentelemetry_sdk::Resource::builder().build();
+    let named = detected
+        .get(&opentelemetry::Key::new("service.name"))
+        .is_some_and(|v| !v.as_str().starts_with("unknown_service"));
+    let builder = opentelemetry_sdk::Resource::builder().with_attribute(
+        opentelemetry::KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+    );
+    if named {
+        builder.build()
+    } else {
+        builder.with_service_name("media-worker").build()
     }
 }
 
@@ -71,4 +86,38 @@ pub fn traceparent_of(span: &Span) -> Option<String> {
     let mut carrier = HashMap::new();
     TraceContextPropagator::new().inject_context(&span.context(), &mut carrier);
     carrier.remove("traceparent")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attribute(r: &opentelemetry_sdk::Resource, key: &'static str) -> Option<String> {
+        r.get(&opentelemetry::Key::new(key))
+            .map(|v| v.as_str().into_owned())
+    }
+
+    #[test]
+    fn the_service_is_named_and_versioned_and_otel_service_name_wins() {
+        let r = resource();
+        assert_eq!(
+            attribute(&r, "service.name").as_deref(),
+            Some("media-worker")
+        );
+        assert_eq!(
+            attribute(&r, "service.version").as_deref(),
+            Some(env!("CARGO_PKG_VERSION"))
+        );
+        // SAFETY: this test runs in a process of its own (nextest), no other thread reads it.
+        unsafe { std::env::set_var("OTEL_SERVICE_NAME", "media-worker-canary") };
+        let r = resource();
+        assert_eq!(
+            attribute(&r, "service.name").as_deref(),
+            Some("media-worker-canary")
+        );
+        assert_eq!(
+            attribute(&r, "service.version").as_deref(),
+            Some(env!("CARGO_PKG_VERSION"))
+        );
+    }
 }

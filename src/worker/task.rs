@@ -23,19 +23,26 @@ pub(super) struct Ctx {
 
 /// The message in its `media.process_event` span (which continues the producer's trace).
 pub(super) async fn handle(d: Delivery, ctx: Arc<Ctx>) {
+    // OpenTelemetry's messaging conventions (v1.27+); `error.type` and an ERROR status when
+    // the job fails.
+    let group = &ctx.runner.services().settings.kafka.group_id;
     let span = tracing::info_span!(
         "media.process_event",
         otel.kind = "consumer",
+        otel.status_code = tracing::field::Empty,
         messaging.system = "kafka",
-        messaging.operation = "process",
+        messaging.operation.type = "process",
+        messaging.operation.name = "process",
         messaging.destination.name = %d.topic,
-        messaging.kafka.destination.partition = d.partition,
-        messaging.kafka.message.offset = d.offset,
+        messaging.destination.partition.id = %d.partition,
+        messaging.consumer.group.name = %group,
+        messaging.kafka.offset = d.offset,
         event.s3_key = tracing::field::Empty,
         "media.type" = tracing::field::Empty,
         job.retry_count = tracing::field::Empty,
         processing.success = tracing::field::Empty,
         error.code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
     );
     traces::continue_trace(&span, d.traceparent.as_deref());
     handle_in_span(d, ctx, span.clone()).instrument(span).await
@@ -82,6 +89,8 @@ fn record_in_span(span: &tracing::Span, r: &OptimizeResponse) {
     span.record("processing.success", r.success);
     if let Some(e) = &r.error {
         span.record("error.code", e.code.as_str());
+        span.record("error.type", e.code.as_str());
+        span.record("otel.status_code", "ERROR");
     }
 }
 
