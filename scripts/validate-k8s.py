@@ -17,7 +17,7 @@ import tempfile
 import yaml
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy", "k8s")
-TARGETS = ["base", "overlays/dev", "overlays/prod", "overlays/static-membership"]
+TARGETS = ["base", "overlays/dev", "overlays/prod", "overlays/prod-static"]
 K8S_VERSION = "1.30.0"
 errors = []
 
@@ -114,6 +114,9 @@ def custom_resources(target, docs, env, workload):
             check(workload is not None and ref.get("name") == workload["metadata"]["name"]
                   and ref.get("kind", "Deployment") == workload["kind"], target,
                   f"ScaledObject targets {ref}")
+            # KEDA owns the replica count: an applied `replicas` would reset it.
+            check(workload is None or "replicas" not in workload.get("spec", {}), target,
+                  "the workload sets replicas although a ScaledObject manages them")
             lo, hi = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
             check(1 <= lo <= hi, target, f"replicas {lo}..{hi}")
             types = {t["type"]: t.get("metadata", {}) for t in spec.get("triggers", [])}
@@ -129,11 +132,21 @@ def custom_resources(target, docs, env, workload):
                       "KEDA watches another topic")
                 check(kafka.get("bootstrapServers") == env.get("KAFKA_BOOTSTRAP_SERVERS"), target,
                       "KEDA and the worker use different brokers")
+                reset = env.get("KAFKA_PROPERTY_AUTO_OFFSET_RESET", "earliest")
+                check(kafka.get("offsetResetPolicy") == reset, target,
+                      f"KEDA's offsetResetPolicy is not the consumer's auto.offset.reset ({reset})")
+                auth = [t.get("authenticationRef", {}).get("name") for t in spec.get("triggers", [])]
+                for name in filter(None, auth):
+                    check(any(d["kind"] == "TriggerAuthentication" and d["metadata"]["name"] == name
+                              for d in docs), target, f"TriggerAuthentication {name} missing")
             if prom:
                 for k in ("serverAddress", "query", "threshold"):
                     check(k in prom, target, f"prometheus trigger lacks {k}")
                 check("media_worker_backlog_seconds" in prom.get("query", ""), target,
                       "prometheus trigger does not use the backlog")
+                ns = d["metadata"].get("namespace", "default")
+                check(f'namespace="{ns}"' in prom.get("query", ""), target,
+                      f"prometheus trigger is not scoped to its namespace {ns}")
         elif kind == "ServiceMonitor":
             sel = spec.get("selector", {}).get("matchLabels", {})
             match = [s for s in services
@@ -146,9 +159,18 @@ def custom_resources(target, docs, env, workload):
         elif kind == "PrometheusRule":
             rules = [r for g in spec.get("groups", []) for r in g.get("rules", [])]
             check(rules, target, "PrometheusRule has no rules")
+            runbook = open(os.path.join(ROOT, "..", "..", "docs", "operations.md")).read()
+            anchors = {line[4:].strip().lower() for line in runbook.splitlines()
+                       if line.startswith("### ")}
             for r in rules:
                 check(r.get("alert") and r.get("expr") and r.get("labels", {}).get("severity"),
                       target, f"rule {r.get('alert')} lacks alert/expr/severity")
+                notes = r.get("annotations", {})
+                check(all(notes.get(k) for k in ("summary", "description", "runbook_url")),
+                      target, f"rule {r.get('alert')} lacks summary/description/runbook_url")
+                anchor = notes.get("runbook_url", "").rsplit("#", 1)[-1]
+                check(anchor == r.get("alert", "").lower() and anchor in anchors, target,
+                      f"rule {r.get('alert')}: runbook anchor #{anchor} not in docs/operations.md")
 
 
 def main():
