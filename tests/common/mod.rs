@@ -218,6 +218,13 @@ fn wait_port(port: u16, child: &mut Child, what: &str, log: &Path) {
     });
 }
 
+/// Starts a server (output to `log`) and waits until it listens on `port`.
+pub fn start_server(cmd: &mut Command, log: &Path, port: u16, what: &str) -> Child {
+    let mut child = spawn(cmd, log);
+    wait_port(port, &mut child, what, log);
+    child
+}
+
 fn spawn(cmd: &mut Command, log: &Path) -> Child {
     let out = std::fs::File::create(log).unwrap();
     cmd.stdout(out.try_clone().unwrap())
