@@ -282,8 +282,10 @@ impl Settings {
         // so type errors name the key like any other; [`STRING_KEYS`] stay text.
         let generic = env.iter().filter_map(|(name, raw)| {
             let rest = name.strip_prefix(ENV_PREFIX)?;
-            // `MEDIA_WORKER_CONFIG` names the file, not a key.
-            (rest != "CONFIG").then(|| (rest.to_ascii_lowercase().replace("__", "."), raw))
+            // Every key is in a section: names without `__` are not keys (`MEDIA_WORKER_CONFIG`
+            // names the file).
+            rest.contains("__")
+                .then(|| (rest.to_ascii_lowercase().replace("__", "."), raw))
         });
         let short = ENV_KEYS.iter().filter_map(|(name, key)| {
             let (_, raw) = env.iter().find(|(n, _)| n == name)?;
@@ -672,8 +674,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.worker.pool_size, 3);
-        let s =
-            Settings::load_from(None, env(&[("MEDIA_WORKER_KAFKA__GROUP_ID", "12345")])).unwrap();
+        // Names without a section are not keys (the config file's own variable, and others).
+        let s = Settings::load_from(
+            None,
+            env(&[
+                ("MEDIA_WORKER_KAFKA__GROUP_ID", "12345"),
+                ("MEDIA_WORKER_CONFIG", "/not/read/here.toml"),
+                ("MEDIA_WORKER_REVISION", "abc"),
+            ]),
+        )
+        .unwrap();
         assert_eq!(s.kafka.group_id, "12345", "numeric-looking text stays text");
     }
 

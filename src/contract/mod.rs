@@ -2,6 +2,8 @@
 //! JSON Schemas under `schemas/` are generated from these types (`media-worker schemas`), and a
 //! test fails when the two drift.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -11,10 +13,25 @@ pub use vocabulary::{ErrorCode, Failure, MediaType, OutputFormat, Stage, Status}
 
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// Where the published schemas live (each schema's `$id` is this and its file name).
+pub const SCHEMA_BASE: &str = "https://git.example.com/media/media-worker/-/raw/main/schemas/";
+
+/// Producer data echoed verbatim in the response (like MediaConvert's `userMetadata`): at
+/// most [`MAX_METADATA_ENTRIES`] keys of 1-64 characters of `[A-Za-z0-9_.-]`, string values of
+/// at most [`MAX_METADATA_VALUE`] characters.
+pub type Metadata = BTreeMap<String, String>;
+pub const MAX_METADATA_ENTRIES: usize = 16;
+pub const MAX_METADATA_KEY: usize = 64;
+pub const MAX_METADATA_VALUE: usize = 256;
+
 /// Where the uploaded original lives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SourceRef {
+    /// An S3 bucket name.
+    #[schemars(extend("pattern" = "^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"))]
     pub bucket: String,
+    /// 1-1024 bytes.
+    #[schemars(extend("minLength" = 1, "maxLength" = 1024))]
     pub key: String,
 }
 
@@ -22,12 +39,16 @@ pub struct SourceRef {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct OptimizeRequest {
     /// Always 1 for this contract.
+    #[schemars(extend("const" = 1))]
     pub schema_version: u32,
-    /// The producer's id for this request, echoed in the response.
+    /// The producer's id for this request, echoed in the response; dedupe responses on it.
+    #[schemars(extend("minLength" = 1, "maxLength" = 256))]
     pub request_id: String,
     /// 1-128 characters of `[A-Za-z0-9_-]`; part of every output key.
+    #[schemars(extend("pattern" = "^[A-Za-z0-9_-]{1,128}$"))]
     pub media_id: String,
     /// 1-128 characters of `[A-Za-z0-9_-]`; the first part of every output key.
+    #[schemars(extend("pattern" = "^[A-Za-z0-9_-]{1,128}$"))]
     pub user_id: String,
     pub source: SourceRef,
     /// A hint only: the type is always detected from the bytes.
@@ -39,6 +60,15 @@ pub struct OptimizeRequest {
     /// Process again even when a stored result for the same source version and profile exists.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub force: bool,
+    /// Echoed verbatim in the response (at most 16 keys of 1-64 `[A-Za-z0-9_.-]`, string
+    /// values of at most 256 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend(
+        "maxProperties" = 16,
+        "propertyNames" = { "pattern": "^[A-Za-z0-9_.-]{1,64}$" },
+        "additionalProperties" = { "type": "string", "maxLength": 256 }
+    ))]
+    pub metadata: Option<Metadata>,
 }
 
 impl OptimizeRequest {
@@ -62,6 +92,7 @@ impl OptimizeRequest {
             media_type: None,
             profile: None,
             force: false,
+            metadata: None,
         }
     }
 
@@ -85,10 +116,12 @@ pub struct SourceInfo {
 pub struct Output {
     /// `variant` (a resized copy), `thumbnail` (a crop around the focal point), `rendition`
     /// (a video transcode) or `poster` (an image output of a video's poster frame).
+    #[schemars(extend("enum" = ["variant", "thumbnail", "rendition", "poster"]))]
     pub role: String,
     pub bucket: String,
     pub key: String,
     /// `webp`, `jpeg`, `avif` or `mp4`.
+    #[schemars(extend("enum" = ["webp", "jpeg", "avif", "mp4"]))]
     pub format: String,
     pub content_type: String,
     pub width: u32,
@@ -205,9 +238,13 @@ pub struct Vision {
     pub blurhash: String,
 }
 
-/// A non-fatal problem.
+/// A non-fatal problem (status `degraded`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Warning {
+    /// `analysis_failed` (no `vision` block), `poster_failed` (no poster outputs),
+    /// `variant_refitted` (made narrower to fit its format), `variant_skipped` (covered by a
+    /// narrower variant of the same format).
+    #[schemars(extend("enum" = WARNING_CODES))]
     pub code: String,
     pub message: String,
 }
@@ -229,10 +266,19 @@ pub struct WorkerInfo {
     pub version: String,
 }
 
+/// The warning codes of the contract.
+pub const WARNING_CODES: [&str; 4] = [
+    "analysis_failed",
+    "poster_failed",
+    "variant_refitted",
+    "variant_skipped",
+];
+
 /// The response to every request, published on `media.optimize.response` keyed by `media_id`
 /// (or `{topic}-{partition}-{offset}` when the request carried none).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct OptimizeResponse {
+    #[schemars(extend("const" = 1))]
     pub schema_version: u32,
     /// Echoed from the request; null only when an invalid request carried none.
     pub request_id: Option<String>,
@@ -256,20 +302,60 @@ pub struct OptimizeResponse {
     /// source version with the same profile (nothing was downloaded or transformed).
     #[serde(default)]
     pub replayed: bool,
+    /// The request's `metadata`, verbatim (absent when it had none, or was invalid).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Metadata>,
 }
 
-/// The JSON Schemas of the contract, as (file name, pretty JSON).
+/// A record of the dead-letter topic: a request whose response the broker rejected for good
+/// (too large, invalid, not authorised), with that response and the broker's error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DeadLetter {
+    #[schemars(extend("const" = 1))]
+    pub schema_version: u32,
+    /// Where the request was read.
+    pub source: RecordOrigin,
+    /// The request as received (text; lossy UTF-8), null when the message had no payload.
+    pub request: Option<String>,
+    /// Where the response should have gone.
+    pub response_topic: String,
+    /// The response that could not be published.
+    pub response: Option<OptimizeResponse>,
+    /// The broker's error.
+    pub error: String,
+}
+
+/// A Kafka record's coordinates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RecordOrigin {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// The JSON Schemas of the contract, as (file name, pretty JSON). Each root has its `$id`;
+/// embedded types (a response inside a dead letter) have none, so their `$ref`s resolve
+/// against the root.
 pub fn schemas() -> Vec<(&'static str, String)> {
-    let pretty =
-        |s: schemars::Schema| serde_json::to_string_pretty(&s).expect("schema is JSON") + "\n";
+    let pretty = |name: &str, mut s: schemars::Schema| {
+        s.insert("$id".into(), format!("{SCHEMA_BASE}{name}").into());
+        serde_json::to_string_pretty(&s).expect("schema is JSON") + "\n"
+    };
+    let request = "optimize-request.v1.json";
+    let response = "optimize-response.v1.json";
+    let dead_letter = "dead-letter.v1.json";
     vec![
         (
-            "optimize-request.v1.json",
-            pretty(schemars::schema_for!(OptimizeRequest)),
+            request,
+            pretty(request, schemars::schema_for!(OptimizeRequest)),
         ),
         (
-            "optimize-response.v1.json",
-            pretty(schemars::schema_for!(OptimizeResponse)),
+            response,
+            pretty(response, schemars::schema_for!(OptimizeResponse)),
+        ),
+        (
+            dead_letter,
+            pretty(dead_letter, schemars::schema_for!(DeadLetter)),
         ),
     ]
 }

@@ -58,6 +58,7 @@ fn base(worker: &WorkerInfo, started: Instant) -> OptimizeResponse {
         worker: worker.clone(),
         completed_at: now_rfc3339(),
         replayed: false,
+        metadata: None,
     }
 }
 
@@ -74,6 +75,7 @@ pub fn for_request(
     r.media_id = Some(req.media_id.clone());
     r.user_id = Some(req.user_id.clone());
     r.media_type = req.media_type;
+    r.metadata = req.metadata.clone();
     r.attempts = attempts;
     match ending {
         Ending::Done(done) => {

@@ -28,6 +28,7 @@ use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::KafkaSettings;
+use crate::contract::{DeadLetter, RecordOrigin, SCHEMA_VERSION};
 use crate::retry::backoff;
 use crate::telemetry::{Health, Metrics};
 
@@ -295,21 +296,19 @@ impl Publisher {
     /// The dead-letter record: where the request came from, the request as received, the
     /// response that could not be published and why.
     fn dead_letter(&self, out: &Outgoing<'_>, error: &str) -> Vec<u8> {
-        let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
-        let response: serde_json::Value =
-            serde_json::from_slice(out.payload).unwrap_or(serde_json::Value::Null);
-        serde_json::to_vec(&serde_json::json!({
-            "source": {
-                "topic": out.source_topic,
-                "partition": out.source_partition,
-                "offset": out.source_offset,
+        let record = DeadLetter {
+            schema_version: SCHEMA_VERSION,
+            source: RecordOrigin {
+                topic: out.source_topic.to_owned(),
+                partition: out.source_partition,
+                offset: out.source_offset,
             },
-            "request": text(out.request),
-            "response_topic": self.topic,
-            "response": response,
-            "error": error,
-        }))
-        .expect("dead-letter record serialises")
+            request: out.request.map(|b| String::from_utf8_lossy(b).into_owned()),
+            response_topic: self.topic.clone(),
+            response: serde_json::from_slice(out.payload).ok(),
+            error: error.to_owned(),
+        };
+        serde_json::to_vec(&record).expect("dead-letter record serialises")
     }
 
     /// The producer in use (tests inject faults into it).

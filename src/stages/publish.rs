@@ -24,8 +24,8 @@ pub fn key(response: &OptimizeResponse, d: &Delivery) -> String {
 }
 
 /// What is published when neither `response` nor its dead letter is accepted by the broker: the
-/// same ids, no outputs or analysis, an `internal` error. A few hundred bytes: the ids are
-/// bounded by validation.
+/// same ids and metadata, no outputs or analysis, an `internal` error. A few kilobytes at most:
+/// the ids and the metadata are bounded by validation.
 pub fn minimal(r: &OptimizeResponse) -> OptimizeResponse {
     // Field by field: cloning the whole response would copy its outputs and analysis on every
     // job, only to drop them.
@@ -52,6 +52,7 @@ pub fn minimal(r: &OptimizeResponse) -> OptimizeResponse {
         worker: r.worker.clone(),
         completed_at: r.completed_at.clone(),
         replayed: false,
+        metadata: r.metadata.clone(),
     }
 }
 

@@ -128,7 +128,38 @@ pub fn parse(payload: Option<&[u8]>, settings: &Settings) -> Result<OptimizeRequ
             return Err(invalid(format!("unknown profile `{}`", bounded(p, 64))));
         }
     }
+    if let Some(m) = &req.metadata {
+        check_metadata(m).map_err(invalid)?;
+    }
     Ok(req)
+}
+
+/// The bounds of `metadata` (echoed in every response, so it must stay small).
+fn check_metadata(m: &crate::contract::Metadata) -> Result<(), String> {
+    use crate::contract::{MAX_METADATA_ENTRIES, MAX_METADATA_KEY, MAX_METADATA_VALUE};
+    if m.len() > MAX_METADATA_ENTRIES {
+        return Err(format!(
+            "metadata has {} keys, over the {MAX_METADATA_ENTRIES} allowed",
+            m.len()
+        ));
+    }
+    for (k, v) in m {
+        let key_ok = (1..=MAX_METADATA_KEY).contains(&k.len())
+            && k.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if !key_ok {
+            return Err(format!(
+                "metadata key `{}` must be 1-{MAX_METADATA_KEY} characters of [A-Za-z0-9_.-]",
+                bounded(k, 64)
+            ));
+        }
+        if v.chars().count() > MAX_METADATA_VALUE {
+            return Err(format!(
+                "metadata value of `{k}` is over {MAX_METADATA_VALUE} characters"
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -239,6 +270,26 @@ mod tests {
             assert!(e.reason.contains("media_id"), "{bad}: {}", e.reason);
             assert_eq!(e.request_id.as_deref(), Some("r1"));
             assert_eq!(e.user_id.as_deref(), Some("u_1"));
+        }
+    }
+
+    #[test]
+    fn metadata_is_bounded_and_kept_verbatim() {
+        let s = settings();
+        let mut v = good();
+        v["metadata"] = serde_json::json!({"campaign": "spring-24", "tenant.id": "42 é"});
+        let r = parse(Some(&serde_json::to_vec(&v).unwrap()), &s).unwrap();
+        assert_eq!(r.metadata.unwrap()["tenant.id"], "42 é");
+        let many = (0..17).map(|i| (format!("k{i}"), "v".into())).collect();
+        for (bad, says) in [
+            (serde_json::json!({"a b": "x"}), "metadata key"),
+            (serde_json::json!({"k": "x".repeat(257)}), "metadata value"),
+            (serde_json::Value::Object(many), "metadata has 17 keys"),
+            (serde_json::json!({"k": 1}), "expected a string"),
+        ] {
+            v["metadata"] = bad.clone();
+            let e = parse(Some(&serde_json::to_vec(&v).unwrap()), &s).unwrap_err();
+            assert!(e.reason.contains(says), "{bad}: {}", e.reason);
         }
     }
 
