@@ -63,7 +63,7 @@ proptest! {
     /// accepted request has ids and a key that passed the rules.
     #[test]
     fn parsing_arbitrary_requests(
-        request_id in ".{0,80}",
+        request_id in ".{0,300}",
         media_id in ".{0,80}",
         key in ".{0,300}",
         bucket in "[a-z0-9.-]{0,70}",
@@ -76,7 +76,9 @@ proptest! {
         });
         let bytes = serde_json::to_vec(&payload).unwrap();
         if let Ok(req) = media_worker::stages::validate::parse(Some(&bytes), &settings) {
-            prop_assert!(media_worker::stages::validate::is_valid_id(&req.request_id));
+            let id_chars = req.request_id.chars().count();
+            prop_assert!((1..=256).contains(&id_chars), "{:?}", req.request_id);
+            prop_assert!(media_worker::stages::validate::is_valid_id(&req.media_id));
             prop_assert!(media_worker::stages::validate::is_valid_bucket(&req.source.bucket));
             prop_assert_eq!(req.source.key, key);
         }

@@ -319,8 +319,9 @@ pub struct DeadLetter {
     pub request: Option<String>,
     /// Where the response should have gone.
     pub response_topic: String,
-    /// The response that could not be published.
-    pub response: Option<OptimizeResponse>,
+    /// The response that could not be published, as it was (null if it was not JSON).
+    #[schemars(with = "Option<OptimizeResponse>")]
+    pub response: Option<serde_json::Value>,
     /// The broker's error.
     pub error: String,
 }

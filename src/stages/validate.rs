@@ -90,7 +90,7 @@ pub fn parse(payload: Option<&[u8]>, settings: &Settings) -> Result<OptimizeRequ
             req.schema_version
         )));
     }
-    if req.request_id.is_empty() || req.request_id.len() > MAX_ECHO {
+    if req.request_id.is_empty() || req.request_id.chars().count() > MAX_ECHO {
         return Err(invalid("request_id must be 1-256 characters".into()));
     }
     for (name, id) in [("media_id", &req.media_id), ("user_id", &req.user_id)] {
