@@ -20,7 +20,7 @@ use media_worker::job::JobRunner;
 use media_worker::storage::LocalStorage;
 
 mod util;
-use util::arg;
+use util::{arg, proc_status_mib};
 
 /// Manifest kinds that are ordinary photos (not broken files, pixel bombs or videos).
 const PHOTO_KINDS: &[&str] = &["photo", "faces", "orientation", "color", "alpha"];
@@ -69,13 +69,9 @@ fn cpu_seconds(children: &[i32]) -> f64 {
 
 /// Peak RSS (MiB) of process `pid` since its last reset, and a reset (`clear_refs` 5).
 fn take_peak_mib(pid: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let peak = proc_status_mib(pid, "VmHWM:");
     let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
+    peak
 }
 
 /// One configuration under test: a job runner and the CPU and wall time it has used.

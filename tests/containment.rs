@@ -37,6 +37,22 @@ fn slow_profile(dir: &Path) -> String {
     config.display().to_string()
 }
 
+/// A ready worker with a pool of one (so one sandbox child), the profiles of [`slow_profile`]
+/// (written in `dir`) and the `extra` environment.
+fn pool_of_one(stack: &Stack, group: &str, dir: &Path, extra: &[(&str, &str)]) -> Worker {
+    let mut env = stack.worker_env(group);
+    env.insert("MEDIA_WORKER_CONFIG".into(), slow_profile(dir));
+    env.insert("WORKER_POOL_SIZE".into(), "1".into());
+    env.extend(
+        extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    let worker = Worker::start(&env);
+    worker.wait_ready();
+    worker
+}
+
 /// CPU ticks used so far by each sandbox child of `worker`.
 fn sandbox_ticks(worker: &Worker) -> BTreeMap<i32, u64> {
     worker
@@ -80,11 +96,7 @@ fn clean_and_well(worker: &Worker, pool: usize) {
 async fn a_crashing_decoder_costs_one_job_and_never_the_worker() {
     let stack = Stack::start(1).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut env = stack.worker_env("g-segv");
-    env.insert("MEDIA_WORKER_CONFIG".into(), slow_profile(dir.path()));
-    env.insert("WORKER_POOL_SIZE".into(), "1".into());
-    let worker = Worker::start(&env);
-    worker.wait_ready();
+    let worker = pool_of_one(&stack, "g-segv", dir.path(), &[]);
     let responses = stack.responses();
     stack.upload_corpus("imageio_meadow_cube.jpg").await;
     stack.upload_corpus("sharp_Landscape_1.jpg").await;
@@ -153,14 +165,13 @@ async fn a_decode_over_the_memory_cap_fails_its_job_only() {
         big.to_str().unwrap(),
         "--interlace",
     ]);
-    let mut env = stack.worker_env("g-mem");
-    env.insert("WORKER_POOL_SIZE".into(), "1".into());
-    env.insert(
-        "MEDIA_MEMORY_LIMIT_BYTES".into(),
-        (512u64 << 20).to_string(),
+    let cap = (512u64 << 20).to_string();
+    let worker = pool_of_one(
+        &stack,
+        "g-mem",
+        dir.path(),
+        &[("MEDIA_MEMORY_LIMIT_BYTES", &cap)],
     );
-    let worker = Worker::start(&env);
-    worker.wait_ready();
     let responses = stack.responses();
     stack.upload_file("interlaced.png", &big).await;
     stack.upload_corpus("sharp_Landscape_1.jpg").await;
@@ -193,12 +204,12 @@ async fn a_decode_over_the_memory_cap_fails_its_job_only() {
 async fn a_timed_out_job_frees_its_permit_at_once() {
     let stack = Stack::start(1).await;
     let dir = tempfile::tempdir().unwrap();
-    let mut env = stack.worker_env("g-timeout");
-    env.insert("MEDIA_WORKER_CONFIG".into(), slow_profile(dir.path()));
-    env.insert("WORKER_POOL_SIZE".into(), "1".into());
-    env.insert("MEDIA_TIMEOUT_SECS".into(), "1".into());
-    let worker = Worker::start(&env);
-    worker.wait_ready();
+    let worker = pool_of_one(
+        &stack,
+        "g-timeout",
+        dir.path(),
+        &[("MEDIA_TIMEOUT_SECS", "1")],
+    );
     let responses = stack.responses();
     stack.upload_corpus("imageio_meadow_cube.jpg").await;
     stack.upload_corpus("sharp_Landscape_1.jpg").await;
@@ -257,11 +268,13 @@ async fn ffmpeg_never_sees_the_workers_credentials() {
     let stack = Stack::start(1).await;
     let dir = tempfile::tempdir().unwrap();
     let video = synthetic_video(dir.path(), 20, 640, 360);
-    let mut env = stack.worker_env("g-env");
-    env.insert("WORKER_POOL_SIZE".into(), "1".into());
-    env.insert("MEDIA_MEMORY_LIMIT_BYTES".into(), (3u64 << 30).to_string());
-    let worker = Worker::start(&env);
-    worker.wait_ready();
+    let cap = (3u64 << 30).to_string();
+    let worker = pool_of_one(
+        &stack,
+        "g-env",
+        dir.path(),
+        &[("MEDIA_MEMORY_LIMIT_BYTES", &cap)],
+    );
     assert!(
         environ(worker.pid())
             .iter()

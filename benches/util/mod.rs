@@ -12,7 +12,12 @@ pub fn arg(name: &str, default: &str) -> String {
 
 /// A memory figure of this process from /proc/self/status (`VmRSS:` now, `VmHWM:` peak), MiB.
 pub fn status_mib(field: &str) -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    proc_status_mib("self", field)
+}
+
+/// The same figure of process `pid` (0 once it is gone).
+pub fn proc_status_mib(pid: &str, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
         .find(|l| l.starts_with(field))

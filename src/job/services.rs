@@ -63,11 +63,12 @@ pub fn executor(settings: &Settings, metrics: &Metrics) -> anyhow::Result<Execut
         Some(p) if !p.as_os_str().is_empty() => p.clone(),
         _ => std::env::current_exe()?,
     };
+    let memory_limit = settings.media_memory_limit();
     let pool = sandbox::Pool::new(sandbox::PoolConfig {
         program,
         vips_threads: settings.worker.vips_threads,
         limits: sandbox::Limits {
-            memory_bytes: settings.media_memory_limit(),
+            memory_bytes: memory_limit,
             file_bytes: settings.limits.max_output_file_bytes,
         },
         recycle_jobs: settings.worker.sandbox_recycle_jobs,

@@ -137,10 +137,6 @@ impl JobHandle {
             e.progress = None;
         });
     }
-    pub fn current_stage(&self) -> Stage {
-        let jobs = self.0.registry.jobs.lock().unwrap();
-        jobs.get(&self.0.seq).map_or(Stage::Validate, |e| e.stage)
-    }
     pub fn phase(&self, phase: Phase) {
         self.0.registry.update(self.0.seq, |e| e.phase = phase);
     }
