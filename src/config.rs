@@ -36,6 +36,13 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("KAFKA_COMMIT_INTERVAL_MS", "kafka.commit_interval_ms"),
     ("MAX_IN_FLIGHT", "kafka.max_in_flight"),
     ("REVOKE_DRAIN_SECS", "kafka.revoke_drain_secs"),
+    ("KAFKA_INTAKE", "kafka.intake"),
+    ("API_ADDR", "api.addr"),
+    ("API_MAX_CONCURRENT", "api.max_concurrent"),
+    ("API_TOKENS_FILE", "api.tokens_file"),
+    ("API_MAX_CONNECTIONS", "api.max_connections"),
+    ("CLAMD_ADDR", "scan.clamd_addr"),
+    ("CLAMD_TIMEOUT_SECS", "scan.timeout_secs"),
     ("OUTPUT_BUCKET", "storage.output_bucket"),
     ("S3_FORCE_PATH_STYLE", "storage.force_path_style"),
     ("S3_TIMEOUT_SECS", "storage.timeout_secs"),
@@ -94,6 +101,9 @@ const STRING_KEYS: &[&str] = &[
     "worker.isolation",
     "worker.sandbox_program",
     "http.addr",
+    "api.addr",
+    "api.tokens_file",
+    "scan.clamd_addr",
     "requests.allowed_source_buckets",
     "analysis.face_cascade",
     "analysis.profile_cascade",
@@ -116,6 +126,8 @@ pub struct Settings {
     pub analysis: AnalysisSettings,
     pub video: VideoSettings,
     pub http: HttpSettings,
+    pub api: ApiSettings,
+    pub scan: ScanSettings,
     pub requests: RequestSettings,
     pub profiles: BTreeMap<String, Profile>,
 }
@@ -137,6 +149,8 @@ pub struct KafkaSettings {
     pub max_in_flight: usize,
     /// On revoke, how long to wait for the revoked partitions' jobs before letting them go.
     pub revoke_drain_secs: u64,
+    /// Consume requests from Kafka; `false` runs only the job API (`KAFKA_INTAKE=false`).
+    pub intake: bool,
     #[serde(default)]
     pub properties: BTreeMap<String, PropertyValue>,
 }
@@ -222,6 +236,39 @@ pub struct HttpSettings {
     /// A connection that takes longer to send its request headers is closed.
     pub header_timeout_ms: u64,
     pub max_body_bytes: usize,
+}
+
+/// The job API (`POST /transcode`, `POST /scan`), on a listener of its own (see `api`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiSettings {
+    /// Where the API listens; unset: no API.
+    #[serde(default)]
+    pub addr: Option<SocketAddr>,
+    /// Jobs the API runs at once; 0 = 1 beside Kafka intake, all cores without it.
+    pub max_concurrent: usize,
+    /// Bearer tokens, one per line, re-read when the file changes; unset: no authentication
+    /// (then the API must listen on loopback).
+    #[serde(default)]
+    pub tokens_file: Option<PathBuf>,
+    /// Connections served at once; more are closed as they arrive.
+    pub max_connections: usize,
+    /// `Retry-After` of a 503 (seconds).
+    pub retry_after_secs: u64,
+}
+
+/// Malware scanning with clamd (see `scan`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScanSettings {
+    /// `tcp://host:port` or `unix:///path`; unset: no scanning (a profile with `scan = true`
+    /// is then a configuration error).
+    #[serde(default)]
+    pub clamd_addr: Option<String>,
+    /// Limit for one scan, streaming included.
+    pub timeout_secs: u64,
+    /// How often clamd is pinged for `media_worker_clamd_up`.
+    pub probe_interval_secs: u64,
 }
 
 /// What a request may ask (checked by `stages::validate`).
@@ -318,6 +365,23 @@ impl Settings {
         {
             settings.analysis.profile_cascade = None;
         }
+        // Empty optional settings (`CLAMD_ADDR=`) are unset.
+        if settings
+            .scan
+            .clamd_addr
+            .as_deref()
+            .is_some_and(str::is_empty)
+        {
+            settings.scan.clamd_addr = None;
+        }
+        if settings
+            .api
+            .tokens_file
+            .as_ref()
+            .is_some_and(|p| p.as_os_str().is_empty())
+        {
+            settings.api.tokens_file = None;
+        }
         settings.validate()?;
         Ok(settings)
     }
@@ -342,6 +406,11 @@ fn container_memory() -> Option<u64> {
         let kb: u64 = kb.split_whitespace().nth(1)?.parse().ok()?;
         Some(kb * 1024)
     })
+}
+
+/// The cores available to this process (cgroup CPU quota aware).
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// figment's error text, on one line, naming the environment variables of the key.
@@ -479,19 +548,98 @@ impl Settings {
         if self.kafka.commit_interval_ms == 0 {
             return invalid("kafka.commit_interval_ms", "must be positive");
         }
+        self.validate_api_and_scan()
+    }
+
+    fn validate_api_and_scan(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: String| {
+            Err(ConfigError::Invalid {
+                key: key.to_owned(),
+                message,
+            })
+        };
+        if !self.kafka.intake && self.api.addr.is_none() {
+            return invalid(
+                "kafka.intake",
+                "without Kafka intake the API must be on (API_ADDR)".into(),
+            );
+        }
+        if let Some(addr) = self.api.addr {
+            if self.api.tokens_file.is_none() && !addr.ip().is_loopback() {
+                return invalid(
+                    "api.tokens_file",
+                    format!("the API on {addr} is not on loopback: it needs API_TOKENS_FILE"),
+                );
+            }
+            if addr.port() != 0 && addr == self.http.addr {
+                return invalid("api.addr", "must differ from http.addr".into());
+            }
+        }
+        if let Some(path) = &self.api.tokens_file {
+            if let Err(e) = std::fs::metadata(path) {
+                return invalid(
+                    "api.tokens_file",
+                    format!("cannot read {}: {e}", path.display()),
+                );
+            }
+        }
+        if self.api.max_connections == 0 || self.api.retry_after_secs == 0 {
+            return invalid(
+                "api",
+                "max_connections and retry_after_secs must be positive".into(),
+            );
+        }
+        if let Some(addr) = &self.scan.clamd_addr {
+            if let Err(e) = addr.parse::<crate::scan::ClamdAddr>() {
+                return invalid("scan.clamd_addr", e);
+            }
+        }
+        if self.scan.timeout_secs == 0 || self.scan.probe_interval_secs == 0 {
+            return invalid(
+                "scan",
+                "timeout_secs and probe_interval_secs must be positive".into(),
+            );
+        }
+        let scanning = self.profiles.iter().find(|(_, p)| p.scan);
+        if let (Some((name, _)), None) = (scanning, &self.scan.clamd_addr) {
+            return invalid(
+                &format!("profiles.{name}.scan"),
+                "scanning needs clamd: set CLAMD_ADDR".into(),
+            );
+        }
         Ok(())
     }
 
-    /// Concurrent jobs: `worker.pool_size`, or the cores available to this process (std reads
-    /// the cgroup CPU quota, so a pod limited to 2 CPUs gets 2).
+    /// Concurrent Kafka jobs: `worker.pool_size`, or the cores available to this process (std
+    /// reads the cgroup CPU quota, so a pod limited to 2 CPUs gets 2) less the API's share
+    /// ([`Settings::api_concurrency`]), at least 1.
     pub fn pool_size(&self) -> usize {
         if self.worker.pool_size > 0 {
             self.worker.pool_size
         } else {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
+            cores().saturating_sub(self.api_concurrency()).max(1)
         }
+    }
+
+    /// Jobs the API runs at once, with permits of its own: `api.max_concurrent`, or 1 beside
+    /// Kafka intake and all cores without it; 0 when the API is off.
+    pub fn api_concurrency(&self) -> usize {
+        match (self.api.addr, self.api.max_concurrent, self.kafka.intake) {
+            (None, _, _) => 0,
+            (Some(_), n, _) if n > 0 => n,
+            (Some(_), _, true) => 1,
+            (Some(_), _, false) => cores(),
+        }
+    }
+
+    /// Native jobs at once in this pod: the Kafka pool (with intake) and the API's.
+    pub fn native_slots(&self) -> usize {
+        let kafka = if self.kafka.intake {
+            self.pool_size()
+        } else {
+            0
+        };
+        (kafka + self.api_concurrency()).max(1)
     }
 
     /// What the media code needs for one input with `profile` (which must exist: requests
@@ -515,7 +663,7 @@ impl Settings {
             return self.worker.media_memory_limit_bytes;
         }
         let total = container_memory().unwrap_or(u64::MAX / 2);
-        (total.saturating_sub(PARENT_RESERVE) / self.pool_size() as u64).max(MIN_MEMORY_LIMIT)
+        (total.saturating_sub(PARENT_RESERVE) / self.native_slots() as u64).max(MIN_MEMORY_LIMIT)
     }
 
     /// ffmpeg threads per video job (`video.threads`, or cores / pool size).
@@ -523,8 +671,7 @@ impl Settings {
         if self.video.threads > 0 {
             return self.video.threads;
         }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        (cores / self.pool_size()).max(1)
+        (cores() / self.native_slots()).max(1)
     }
 
     /// Messages dispatched but unfinished before the consumer pauses.
@@ -646,10 +793,13 @@ mod tests {
         }
         // The documented short names are aliases: the same value by either name, the same
         // settings (keys without a default are optional ones).
-        const OPTIONAL: [&str; 3] = [
+        const OPTIONAL: [&str; 6] = [
             "kafka.group_instance_id",
             "worker.id",
             "worker.sandbox_program",
+            "api.addr",
+            "api.tokens_file",
+            "scan.clamd_addr",
         ];
         for (short, key) in ENV_KEYS {
             let Some((_, value)) = keys.iter().find(|(k, _)| k == key) else {

@@ -3,6 +3,7 @@
 
 use crate::contract::ErrorCode;
 use crate::media::MediaError;
+use crate::scan::ScanError;
 use crate::storage::StorageError;
 
 /// Everything that can make a job fail.
@@ -14,6 +15,11 @@ pub enum JobError {
     Storage(#[from] StorageError),
     #[error(transparent)]
     Media(#[from] MediaError),
+    /// The scan stage found a signature: nothing of the source is decoded or written.
+    #[error("malware detected: {0}")]
+    Malware(String),
+    #[error(transparent)]
+    Scan(#[from] ScanError),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -44,6 +50,14 @@ impl JobError {
                 // timeouts are `StorageError::Unavailable`, and transient).
                 MediaError::Timeout(_) => ErrorCode::Timeout,
             },
+            Self::Malware(_) => ErrorCode::MalwareDetected,
+            Self::Scan(e) => match e {
+                // clamd down, or unable to scan (a database reload, its stream limit below
+                // MAX_INPUT_BYTES): the dependency's fault.
+                ScanError::Unavailable(_) | ScanError::Refused(_) => ErrorCode::ScanUnavailable,
+                ScanError::TooLarge { .. } => ErrorCode::InputTooLarge,
+                ScanError::Input(_) | ScanError::NotConfigured => ErrorCode::Internal,
+            },
             Self::Internal(_) => ErrorCode::Internal,
         }
     }
@@ -53,7 +67,10 @@ impl JobError {
     /// faults ([`JobError::is_local`]). Permanent ones (bad input, missing or forbidden source,
     /// a decoder that crashed twice, the memory cap) fail at once.
     pub fn is_transient(&self) -> bool {
-        self.code() == ErrorCode::StorageUnavailable || self.is_local()
+        matches!(
+            self.code(),
+            ErrorCode::StorageUnavailable | ErrorCode::ScanUnavailable
+        ) || self.is_local()
     }
 
     /// Faults of this pod: scratch space or files (ENOSPC, EMFILE, EIO), a rejected output
@@ -64,6 +81,7 @@ impl JobError {
             self,
             Self::Storage(StorageError::Scratch(_))
                 | Self::Media(MediaError::Io(_) | MediaError::Cancelled)
+                | Self::Scan(ScanError::Input(_) | ScanError::NotConfigured)
                 | Self::Internal(_)
         )
     }
@@ -92,6 +110,13 @@ mod tests {
         }
         let unavailable = JobError::Storage(StorageError::Unavailable("503".into()));
         assert!(unavailable.is_transient() && !unavailable.is_local());
+        let clamd = JobError::Scan(ScanError::Unavailable("connection refused".into()));
+        assert!(clamd.is_transient() && !clamd.is_local());
+        assert_eq!(clamd.code(), ErrorCode::ScanUnavailable);
+        let malware = JobError::Malware("Test.EICAR.UNOFFICIAL".into());
+        assert!(!malware.is_transient());
+        assert_eq!(malware.code(), ErrorCode::MalwareDetected);
+        assert!(malware.to_string().contains("Test.EICAR.UNOFFICIAL"));
         let permanent = [
             JobError::Media(MediaError::Corrupt("truncated".into())),
             JobError::Media(MediaError::Crashed("killed by SIGSEGV".into())),

@@ -10,6 +10,7 @@
 //! HTTP, `config` loading and validation. `contract` is the event types, with the
 //! `contract::vocabulary` every module may use at the bottom; nothing imports upwards.
 
+pub mod api;
 pub mod cli;
 pub mod commands;
 pub mod config;
@@ -20,6 +21,7 @@ pub mod kafka;
 pub mod media;
 pub mod retry;
 pub mod sandbox;
+pub mod scan;
 pub mod scratch;
 pub mod shutdown;
 pub mod stages;

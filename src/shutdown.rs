@@ -62,6 +62,11 @@ impl Shutdown {
         self.abandon.cancelled().await
     }
 
+    /// Cancelled at step 1, for servers that stop taking requests there (the job API).
+    pub fn drained(&self) -> CancellationToken {
+        self.drain.clone()
+    }
+
     pub fn is_draining(&self) -> bool {
         self.drain.is_cancelled()
     }

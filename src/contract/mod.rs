@@ -142,19 +142,64 @@ pub struct Output {
 pub enum Analysis {
     Image(ImageAnalysis),
     Video(VideoAnalysis),
+    /// Only the scan verdict: a scanning profile without analysis, or a source refused as
+    /// malware before anything decoded it.
+    Scan(ScanOnly),
+}
+
+/// The `analysis` of a job that has nothing but its scan verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScanOnly {
+    pub scan: ScanVerdict,
+}
+
+/// ClamAV's verdict on a file: `analysis.scan` of a scanning profile's response, and the body
+/// of `POST /scan`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ScanVerdict {
+    pub clean: bool,
+    /// The signature found (`Win.Test.EICAR_HDB-1`), null when clean.
+    pub signature: Option<String>,
+    /// clamd's `VERSION`: engine, signature database version and date.
+    pub engine: String,
+    pub scanned_bytes: u64,
+    pub duration_ms: u64,
 }
 
 impl Analysis {
     pub fn image(&self) -> Option<&ImageAnalysis> {
         match self {
             Self::Image(a) => Some(a),
-            Self::Video(_) => None,
+            _ => None,
         }
     }
     pub fn video(&self) -> Option<&VideoAnalysis> {
         match self {
             Self::Video(v) => Some(v),
-            Self::Image(_) => None,
+            _ => None,
+        }
+    }
+    pub fn scan(&self) -> Option<&ScanVerdict> {
+        match self {
+            Self::Image(a) => a.scan.as_deref(),
+            Self::Video(v) => v.scan.as_deref(),
+            Self::Scan(s) => Some(&s.scan),
+        }
+    }
+
+    /// `analysis` with the scan verdict added (a scan-only analysis when there was none).
+    pub fn with_scan(analysis: Option<Analysis>, verdict: ScanVerdict) -> Analysis {
+        match analysis {
+            Some(Self::Image(a)) => Self::Image(ImageAnalysis {
+                scan: Some(Box::new(verdict)),
+                ..a
+            }),
+            Some(Self::Video(v)) => Self::Video(VideoAnalysis {
+                scan: Some(Box::new(verdict)),
+                ..v
+            }),
+            Some(Self::Scan(_)) | None => Self::Scan(ScanOnly { scan: verdict }),
         }
     }
 }
@@ -181,6 +226,9 @@ pub struct VideoAnalysis {
     /// Where the poster frame was taken; absent without a poster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poster_time_ms: Option<u64>,
+    /// The malware scan, for a profile with `scan = true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<Box<ScanVerdict>>,
 }
 
 /// What the worker learnt about an image.
@@ -201,6 +249,9 @@ pub struct ImageAnalysis {
     /// `analysis_failed`).
     #[serde(flatten)]
     pub vision: Option<Vision>,
+    /// The malware scan, for a profile with `scan = true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<Box<ScanVerdict>>,
 }
 
 /// A rectangle in upright source pixels.
@@ -345,6 +396,8 @@ pub fn schemas() -> Vec<(&'static str, String)> {
     let request = "optimize-request.v1.json";
     let response = "optimize-response.v1.json";
     let dead_letter = "dead-letter.v1.json";
+    let scan_request = "scan-request.v1.json";
+    let scan_response = "scan-response.v1.json";
     vec![
         (
             request,
@@ -357,6 +410,14 @@ pub fn schemas() -> Vec<(&'static str, String)> {
         (
             dead_letter,
             pretty(dead_letter, schemars::schema_for!(DeadLetter)),
+        ),
+        (
+            scan_request,
+            pretty(scan_request, schemars::schema_for!(SourceRef)),
+        ),
+        (
+            scan_response,
+            pretty(scan_response, schemars::schema_for!(ScanVerdict)),
         ),
     ]
 }

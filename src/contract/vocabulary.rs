@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 pub enum Stage {
     Validate,
     Download,
+    /// The malware scan of the downloaded source (profiles with `scan = true`).
+    Scan,
     Probe,
     Analyze,
     Transform,
@@ -19,9 +21,10 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub const ALL: [Stage; 7] = [
+    pub const ALL: [Stage; 8] = [
         Stage::Validate,
         Stage::Download,
+        Stage::Scan,
         Stage::Probe,
         Stage::Analyze,
         Stage::Transform,
@@ -38,6 +41,7 @@ impl Stage {
         match self {
             Stage::Validate => "validate",
             Stage::Download => "download",
+            Stage::Scan => "scan",
             Stage::Probe => "probe",
             Stage::Analyze => "analyze",
             Stage::Transform => "transform",
@@ -62,11 +66,13 @@ pub enum ErrorCode {
     StorageUnavailable,
     Timeout,
     MediaCrashed,
+    MalwareDetected,
+    ScanUnavailable,
     Internal,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 12] = [
+    pub const ALL: [ErrorCode; 14] = [
         Self::InvalidRequest,
         Self::SourceNotFound,
         Self::SourceAccessDenied,
@@ -78,6 +84,8 @@ impl ErrorCode {
         Self::StorageUnavailable,
         Self::Timeout,
         Self::MediaCrashed,
+        Self::MalwareDetected,
+        Self::ScanUnavailable,
         Self::Internal,
     ];
 
@@ -94,6 +102,8 @@ impl ErrorCode {
             Self::StorageUnavailable => "storage_unavailable",
             Self::Timeout => "timeout",
             Self::MediaCrashed => "media_crashed",
+            Self::MalwareDetected => "malware_detected",
+            Self::ScanUnavailable => "scan_unavailable",
             Self::Internal => "internal",
         }
     }

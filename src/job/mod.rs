@@ -8,6 +8,6 @@ pub mod response;
 mod runner;
 mod services;
 
-pub use response::Failure;
+pub use response::{Failure, Partial};
 pub use runner::JobRunner;
 pub use services::{Services, services, worker_info};

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use crate::contract::{
     Analysis, ErrorBody, MediaType, OptimizeRequest, OptimizeResponse, Output, SCHEMA_VERSION,
-    SourceInfo, Status, Warning, WorkerInfo,
+    ScanVerdict, SourceInfo, Status, Warning, WorkerInfo,
 };
 use crate::stages::validate::Invalid;
 
@@ -26,13 +26,19 @@ pub struct Done {
     pub replayed: bool,
 }
 
+/// What a failed attempt had learnt before it failed.
+#[derive(Debug, Default)]
+pub struct Partial {
+    /// The source as downloaded.
+    pub source: Option<SourceInfo>,
+    /// The scan verdict (the signature, when that is why it failed).
+    pub scan: Option<ScanVerdict>,
+}
+
 /// How a job ended.
 pub enum Ending {
     Done(Done),
-    Failed {
-        failure: Failure,
-        source: Option<SourceInfo>,
-    },
+    Failed { failure: Failure, partial: Partial },
 }
 
 fn now_rfc3339() -> String {
@@ -92,8 +98,9 @@ pub fn for_request(
             r.warnings = done.warnings;
             r.replayed = done.replayed;
         }
-        Ending::Failed { failure, source } => {
-            r.source = source.or_else(|| {
+        Ending::Failed { failure, partial } => {
+            r.analysis = partial.scan.map(|v| Analysis::with_scan(None, v));
+            r.source = partial.source.or_else(|| {
                 Some(SourceInfo {
                     bucket: req.source.bucket.clone(),
                     key: req.source.key.clone(),

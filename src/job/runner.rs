@@ -4,10 +4,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::contract::{ErrorCode, MediaType, OptimizeRequest, OptimizeResponse, Stage};
-use crate::media::Event;
+use crate::contract::{
+    Analysis, ErrorCode, MediaType, OptimizeRequest, OptimizeResponse, ScanVerdict, Stage,
+};
+use crate::error::JobError;
+use crate::media::{Event, MediaError};
 use crate::retry;
 use crate::sandbox::{Executor, Work};
 use crate::scratch::ScratchDir;
@@ -16,7 +20,7 @@ use crate::stages::manifest::{self, Manifest};
 use crate::stages::{download, upload};
 use crate::telemetry::registry::{JobHandle, Phase};
 
-use super::response::{self, Done, Ending, Failure};
+use super::response::{self, Done, Ending, Failure, Partial};
 use super::services::Services;
 
 #[derive(Clone)]
@@ -36,11 +40,18 @@ impl JobRunner {
         self.svc.settings.pool_size()
     }
 
+    /// The Kafka intake's runner: `pool_size` permits.
     pub fn new(svc: Services, shutdown: Shutdown) -> JobRunner {
         let size = svc.settings.pool_size();
         svc.metrics.pool_size.set(size as i64);
+        Self::with_permits(svc, shutdown, size)
+    }
+
+    /// A runner with permits of its own (the job API's, see `api`): its jobs never take the
+    /// Kafka pool's.
+    pub fn with_permits(svc: Services, shutdown: Shutdown, permits: usize) -> JobRunner {
         JobRunner {
-            pool: Arc::new(Semaphore::new(size)),
+            pool: Arc::new(Semaphore::new(permits.max(1))),
             shutdown,
             media: svc.media.clone(),
             svc,
@@ -62,6 +73,12 @@ impl JobRunner {
         &self.svc
     }
 
+    /// A token for [`JobRunner::run_until`]: cancelled by the caller, or when jobs are
+    /// abandoned at shutdown.
+    pub fn cancel_token(&self) -> CancellationToken {
+        self.shutdown.job()
+    }
+
     /// Registers the job in the registry and runs it (for callers without a Kafka message).
     pub async fn run_registered(&self, req: &OptimizeRequest) -> OptimizeResponse {
         let job = self.svc.registry.start(&req.request_id, &req.media_id);
@@ -70,16 +87,35 @@ impl JobRunner {
 
     /// Runs a request to its final response. Never fails: a failure is a response too.
     pub async fn run(&self, req: &OptimizeRequest, job: &JobHandle) -> OptimizeResponse {
+        self.run_until(req, job, self.shutdown.job()).await
+    }
+
+    /// As [`JobRunner::run`], stopped early when `cancel` fires (an API client that went away):
+    /// its native work is killed and reaped, its scratch removed, no further attempt made.
+    pub async fn run_until(
+        &self,
+        req: &OptimizeRequest,
+        job: &JobHandle,
+        cancel: CancellationToken,
+    ) -> OptimizeResponse {
         let span = tracing::info_span!(
             "media.process_job_with_retry",
             job.retry_count = tracing::field::Empty
         );
-        let r = self.run_attempts(req, job).instrument(span.clone()).await;
+        let r = self
+            .run_attempts(req, job, &cancel)
+            .instrument(span.clone())
+            .await;
         span.record("job.retry_count", i64::from(r.attempts.saturating_sub(1)));
         r
     }
 
-    async fn run_attempts(&self, req: &OptimizeRequest, job: &JobHandle) -> OptimizeResponse {
+    async fn run_attempts(
+        &self,
+        req: &OptimizeRequest,
+        job: &JobHandle,
+        cancel: &CancellationToken,
+    ) -> OptimizeResponse {
         let started = Instant::now();
         // A redelivered or repeated request whose result is stored: replayed from the manifest.
         job.stage(Stage::Download);
@@ -104,9 +140,16 @@ impl JobRunner {
             tries += 1;
             job.attempt(attempt);
             let span = tracing::info_span!("media.process_job", job.attempt = attempt);
-            let result = self.attempt(req, job).instrument(span).await;
+            let result = self
+                .attempt(req, job, &cancel.child_token())
+                .instrument(span)
+                .await;
             match result {
                 Ok(done) => break Ending::Done(done),
+                // Nobody waits for the answer any more.
+                Err((failure, partial)) if cancel.is_cancelled() => {
+                    break Ending::Failed { failure, partial };
+                }
                 Err((failure, _)) if failure.error.is_transient() && tries < max_attempts => {
                     let code = failure.error.code().as_str();
                     svc.metrics.retries.with_label_values(&[code]).inc();
@@ -120,7 +163,7 @@ impl JobRunner {
                     ))
                     .await;
                 }
-                Err((failure, source)) => {
+                Err((failure, partial)) => {
                     // Out of attempts for a fault of this pod or a dependency: while the pod is
                     // sick, hold the job (unanswered, uncommitted) until it is well, then start
                     // over. At shutdown it is abandoned and redelivered elsewhere.
@@ -128,7 +171,7 @@ impl JobRunner {
                         tries = 0;
                         continue;
                     }
-                    break Ending::Failed { failure, source };
+                    break Ending::Failed { failure, partial };
                 }
             }
         };
@@ -164,34 +207,52 @@ impl JobRunner {
     }
 
     /// One attempt, in its own scratch directory (removed when this returns or is dropped).
+    /// `cancel` stops it: the transfers at once, the native work killed and reaped.
     async fn attempt(
         &self,
         req: &OptimizeRequest,
         job: &JobHandle,
-    ) -> Result<Done, (Failure, Option<crate::contract::SourceInfo>)> {
+        cancel: &CancellationToken,
+    ) -> Result<Done, (Failure, Partial)> {
         let svc = &self.svc;
         let scratch = ScratchDir::create(&svc.settings.worker.tmp_dir, job.id())
-            .map_err(|e| (Failure::at(Stage::Download)(e), None))?;
+            .map_err(|e| (Failure::at(Stage::Download)(e), Partial::default()))?;
 
-        let source = self
-            .timed(
-                job,
-                Stage::Download,
-                req.media_type,
-                download::run(
-                    &*svc.storage,
-                    &svc.metrics,
-                    &req.source,
-                    &scratch.source(),
-                    svc.settings.limits.max_input_bytes,
-                ),
-            )
+        let source_path = scratch.source();
+        let download = download::run(
+            &*svc.storage,
+            &svc.metrics,
+            &req.source,
+            &source_path,
+            svc.settings.limits.max_input_bytes,
+        );
+        let download = self.timed(job, Stage::Download, req.media_type, download);
+        let source = or_cancelled(cancel, Stage::Download, download)
             .await
-            .map_err(|f| (f, None))?;
+            .map_err(|f| (f, Partial::default()))?;
+        let partial = |scan: &Option<ScanVerdict>| Partial {
+            source: Some(source.clone()),
+            scan: scan.clone(),
+        };
+
+        // Scan → nothing decodes a source that clamd has not passed.
+        let profile = manifest::profile_of(req);
+        let scan = if svc.settings.profiles[profile].scan {
+            let scanning = self.timed(job, Stage::Scan, req.media_type, self.scan(&scratch));
+            let verdict = or_cancelled(cancel, Stage::Scan, scanning)
+                .await
+                .map_err(|f| (f, partial(&None)))?;
+            if let Some(sig) = &verdict.signature {
+                let failure = Failure::at(Stage::Scan)(JobError::Malware(sig.clone()));
+                return Err((failure, partial(&Some(verdict))));
+            }
+            Some(verdict)
+        } else {
+            None
+        };
 
         // probe → analyze → transform: native code behind the one narrow function
         // `media::process`, in a sandbox child (or inline, see `sandbox::Executor`).
-        let profile = manifest::profile_of(req);
         let work = Work {
             job: svc.settings.media_job(profile, req.media_type),
             input: scratch.source(),
@@ -215,42 +276,55 @@ impl JobRunner {
         let on_event = Box::new(move |e| clock.on(e));
         let media = self
             .media
-            .run(work, self.shutdown.job(), on_event, hold)
+            .run(work, cancel.clone(), on_event, hold)
             .await
-            .map_err(|f| (f.into(), Some(source.clone())))?;
+            .map_err(|f| (f.into(), partial(&scan)))?;
 
         // The outputs, then the manifest, last: its presence means they all exist.
         let media_type = media.media_type;
-        let (files, analysis, warnings) = (media.files, media.analysis, media.warnings);
+        let (files, mut analysis, warnings) = (media.files, media.analysis, media.warnings);
+        if let Some(verdict) = scan.clone() {
+            analysis = Some(Analysis::with_scan(analysis, verdict));
+        }
         let (src, scratch_path) = (source.clone(), scratch.path().to_owned());
-        let done = self
-            .timed(job, Stage::Upload, Some(media_type), async move {
-                let to = upload::Destination {
-                    storage: &*svc.storage,
-                    metrics: &svc.metrics,
-                    bucket: &svc.settings.storage.output_bucket,
-                    req,
-                    media_type,
-                    cache_control: &svc.settings.profiles[profile].cache_control,
-                };
-                let outputs = upload::run(&to, &files).await?;
-                let done = Done {
-                    source: src,
-                    media_type,
-                    outputs,
-                    analysis,
-                    warnings,
-                    replayed: false,
-                };
-                if let Some(m) = manifest_of(svc, req, &done) {
-                    manifest::record(to.storage, to.bucket, req, &m, &scratch_path).await?;
-                }
-                Ok::<_, crate::storage::StorageError>(done)
-            })
+        let upload = self.timed(job, Stage::Upload, Some(media_type), async move {
+            let to = upload::Destination {
+                storage: &*svc.storage,
+                metrics: &svc.metrics,
+                bucket: &svc.settings.storage.output_bucket,
+                req,
+                media_type,
+                cache_control: &svc.settings.profiles[profile].cache_control,
+            };
+            let outputs = upload::run(&to, &files).await?;
+            let done = Done {
+                source: src,
+                media_type,
+                outputs,
+                analysis,
+                warnings,
+                replayed: false,
+            };
+            if let Some(m) = manifest_of(svc, req, &done) {
+                manifest::record(to.storage, to.bucket, req, &m, &scratch_path).await?;
+            }
+            Ok::<_, crate::storage::StorageError>(done)
+        });
+        let done = or_cancelled(cancel, Stage::Upload, upload)
             .await
-            .map_err(|f| (f, Some(source)))?;
+            .map_err(|f| (f, partial(&scan)))?;
         drop(scratch);
         Ok(done)
+    }
+
+    /// The scan stage: the downloaded source through clamd.
+    async fn scan(&self, scratch: &ScratchDir) -> Result<ScanVerdict, JobError> {
+        let scanner = self
+            .svc
+            .scanner
+            .as_ref()
+            .ok_or(crate::scan::ScanError::NotConfigured)?;
+        Ok(scanner.scan_file(&scratch.source()).await?)
     }
 
     /// Runs an async stage, recording it in the registry and the stage histogram.
@@ -269,6 +343,18 @@ impl JobRunner {
             .metrics
             .observe_stage(stage, media_type, t.elapsed());
         r
+    }
+}
+
+/// A stage that gives up when its job is cancelled.
+async fn or_cancelled<T>(
+    cancel: &CancellationToken,
+    stage: Stage,
+    fut: impl Future<Output = Result<T, Failure>>,
+) -> Result<T, Failure> {
+    tokio::select! {
+        r = fut => r,
+        _ = cancel.cancelled() => Err(Failure::at(stage)(MediaError::Cancelled)),
     }
 }
 

@@ -6,6 +6,7 @@ use crate::config::{Isolation, Settings};
 use crate::contract::WorkerInfo;
 use crate::media;
 use crate::sandbox::{self, Executor};
+use crate::scan::Scanner;
 use crate::scratch;
 use crate::storage::Storage;
 use crate::telemetry::{Health, Metrics, Registry};
@@ -23,6 +24,8 @@ pub struct Services {
     pub worker: WorkerInfo,
     /// Where jobs' native media work runs.
     pub media: Executor,
+    /// clamd, when `CLAMD_ADDR` is set (profiles with `scan = true`, `POST /scan`).
+    pub scanner: Option<Arc<Scanner>>,
 }
 
 pub fn worker_info(settings: &Settings) -> WorkerInfo {
@@ -41,7 +44,16 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
     let metrics = Arc::new(Metrics::new());
     let media = executor(&settings, &metrics)?;
     let health = Arc::new(Health::new(settings.worker.min_scratch_free_bytes));
+    let scanner = match &settings.scan.clamd_addr {
+        Some(addr) => Some(Arc::new(Scanner::new(
+            addr.parse().map_err(anyhow::Error::msg)?,
+            std::time::Duration::from_secs(settings.scan.timeout_secs),
+            metrics.clone(),
+        ))),
+        None => None,
+    };
     Ok(Services {
+        scanner,
         worker: worker_info(&settings),
         settings,
         storage,
@@ -76,9 +88,9 @@ pub fn executor(settings: &Settings, metrics: &Metrics) -> anyhow::Result<Execut
         tmp_dir: settings.worker.tmp_dir.clone(),
         deaths: metrics.sandbox_deaths.clone(),
     });
-    pool.warm(settings.pool_size())?;
+    pool.warm(settings.native_slots())?;
     tracing::info!(
-        children = settings.pool_size(),
+        children = settings.native_slots(),
         memory_limit = settings.media_memory_limit(),
         "media work runs in sandbox children"
     );

@@ -19,6 +19,7 @@ pub fn basic(probe: &Probe) -> ImageAnalysis {
         frames: probe.frames,
         orientation: probe.orientation,
         vision: None,
+        scan: None,
     }
 }
 

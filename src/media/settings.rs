@@ -107,6 +107,10 @@ pub struct Profile {
     /// `Cache-Control` of the uploaded outputs (used by the upload stage).
     #[serde(default = "default_cache_control")]
     pub cache_control: String,
+    /// Scan the downloaded source with clamd before anything decodes it (the job runner's
+    /// scan stage; a hit fails the job `malware_detected`).
+    #[serde(default)]
+    pub scan: bool,
 }
 
 /// Output keys are stable but not immutable: `force: true` and a new version of the source

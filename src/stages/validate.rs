@@ -2,8 +2,8 @@
 
 use serde_json::Value;
 
-use crate::config::Settings;
-use crate::contract::{OptimizeRequest, SCHEMA_VERSION};
+use crate::config::{RequestSettings, Settings};
+use crate::contract::{OptimizeRequest, SCHEMA_VERSION, SourceRef};
 
 /// A payload that is not a valid request, with whatever ids could be read from it.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,23 +100,8 @@ pub fn parse(payload: Option<&[u8]>, settings: &Settings) -> Result<OptimizeRequ
             )));
         }
     }
-    let (bucket, key) = (&req.source.bucket, &req.source.key);
-    if !is_valid_bucket(bucket) {
-        return Err(invalid(format!(
-            "source.bucket `{}` is not an S3 bucket name (3-63 of [a-z0-9.-])",
-            bounded(bucket, 64)
-        )));
-    }
-    if key.is_empty() || key.len() > MAX_KEY_BYTES {
-        return Err(invalid(format!(
-            "source.key must be 1-{MAX_KEY_BYTES} bytes (it is {})",
-            key.len()
-        )));
-    }
-    let allowed = rules.allowed_buckets();
-    if !allowed.is_empty() && !allowed.contains(&bucket.as_str()) {
-        return Err(invalid(format!("source bucket `{bucket}` is not allowed")));
-    }
+    check_source(&req.source, rules).map_err(invalid)?;
+    let key = &req.source.key;
     if rules.require_user_prefix && !key.starts_with(&format!("{}/", req.user_id)) {
         return Err(invalid(format!(
             "source.key must start with `{}/` (the request's user_id)",
@@ -132,6 +117,29 @@ pub fn parse(payload: Option<&[u8]>, settings: &Settings) -> Result<OptimizeRequ
         check_metadata(m).map_err(invalid)?;
     }
     Ok(req)
+}
+
+/// Whether a source may be read: an S3 bucket name (allowed by `ALLOWED_SOURCE_BUCKETS`) and a
+/// key of 1-1024 bytes (also `POST /scan`'s object).
+pub fn check_source(src: &SourceRef, rules: &RequestSettings) -> Result<(), String> {
+    let (bucket, key) = (&src.bucket, &src.key);
+    if !is_valid_bucket(bucket) {
+        return Err(format!(
+            "source.bucket `{}` is not an S3 bucket name (3-63 of [a-z0-9.-])",
+            bounded(bucket, 64)
+        ));
+    }
+    if key.is_empty() || key.len() > MAX_KEY_BYTES {
+        return Err(format!(
+            "source.key must be 1-{MAX_KEY_BYTES} bytes (it is {})",
+            key.len()
+        ));
+    }
+    let allowed = rules.allowed_buckets();
+    if !allowed.is_empty() && !allowed.contains(&bucket.as_str()) {
+        return Err(format!("source bucket `{bucket}` is not allowed"));
+    }
+    Ok(())
 }
 
 /// The bounds of `metadata` (echoed in every response, so it must stay small).

@@ -76,7 +76,7 @@ pub struct Limits {
     /// A connection whose request headers take longer (a slow client, or an idle keep-alive
     /// connection) is closed.
     pub header_timeout: Duration,
-    /// Request bodies over this are refused (413); the routes here take none.
+    /// Request bodies over this are refused (413) by `serve`'s routes, which take none.
     pub max_body_bytes: usize,
 }
 
@@ -94,6 +94,17 @@ pub async fn serve(
         .route("/jobs", get(jobs))
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
         .with_state(state);
+    serve_router(addr, app, limits, stop).await
+}
+
+/// Binds `addr` and serves `app` on the bounded accept loop until `stop` is cancelled (also
+/// the job API's listener, see `api`). Returns the bound address.
+pub async fn serve_router(
+    addr: SocketAddr,
+    app: Router,
+    limits: Limits,
+    stop: CancellationToken,
+) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     tokio::spawn(accept(listener, app, limits, stop));

@@ -46,6 +46,18 @@ pub struct Metrics {
     pub responses_dropped: IntCounter,
     pub producer_restarts: IntCounter,
     pub ready: IntGauge,
+    /// Malware scans by verdict (`clean`, `infected`, `error`), see `scan`.
+    pub scans: IntCounterVec,
+    pub scan_duration: prometheus::Histogram,
+    /// Scans that could not reach clamd (connection refused, reset, timed out).
+    pub clamd_errors: IntCounter,
+    /// 1 while clamd answers (pinged every `scan.probe_interval_secs`, and set by each scan).
+    pub clamd_up: IntGaugeVec,
+    /// Job API requests by route and HTTP status.
+    pub api_requests: IntCounterVec,
+    pub api_duration: HistogramVec,
+    /// Job API requests being answered.
+    pub api_in_flight: IntGauge,
     /// 1, labelled with the version and source revision of this binary.
     pub build_info: IntGaugeVec,
 }
@@ -206,6 +218,48 @@ impl Metrics {
                 "Sandbox children that died during a job (a decoder crash or the memory cap); each costs at most that job",
             ),
             ready: gauge("ready", "1 when ready to take work"),
+            scans: counter_vec(
+                "scans_total",
+                "Malware scans by verdict (clean, infected, error)",
+                &["verdict"],
+            ),
+            scan_duration: reg(
+                &registry,
+                prometheus::Histogram::with_opts(
+                    HistogramOpts::new(
+                        name("scan_duration_seconds"),
+                        "Wall time of one clamd scan, streaming included",
+                    )
+                    .buckets(DURATION_BUCKETS.to_vec()),
+                )
+                .unwrap(),
+            ),
+            clamd_errors: counter(
+                "clamd_errors_total",
+                "Scans that could not reach clamd (refused, reset, timed out)",
+            ),
+            clamd_up: reg(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        name("clamd_up"),
+                        "1 while clamd answers PING, by its address (absent without CLAMD_ADDR)",
+                    ),
+                    &["clamd"],
+                )
+                .unwrap(),
+            ),
+            api_requests: counter_vec(
+                "api_requests_total",
+                "Job API requests by route and HTTP status",
+                &["route", "status"],
+            ),
+            api_duration: histogram(
+                "api_request_duration_seconds",
+                "Wall time of a job API request, by route",
+                &["route"],
+            ),
+            api_in_flight: gauge("api_in_flight", "Job API requests being answered"),
             build_info: reg(
                 &registry,
                 IntGaugeVec::new(
@@ -248,6 +302,12 @@ impl Metrics {
         }
         for kind in ["assign", "revoke", "error"] {
             self.rebalances.with_label_values(&[kind]);
+        }
+        for verdict in ["clean", "infected", "error"] {
+            self.scans.with_label_values(&[verdict]);
+        }
+        for route in ["/transcode", "/scan"] {
+            self.api_duration.with_label_values(&[route]);
         }
     }
 

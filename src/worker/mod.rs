@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 
+use crate::api;
 use crate::job::{JobRunner, Services};
-use crate::kafka::{KafkaSource, Publisher};
+use crate::kafka::{Delivery, KafkaSource, Publisher};
 use crate::shutdown::Shutdown;
 use crate::telemetry::health::watch_storage;
 use crate::telemetry::http::{self, HttpState};
@@ -24,6 +25,30 @@ pub enum Exit {
     Drained,
     /// Jobs were abandoned at the shutdown deadline (they will be redelivered).
     Abandoned(usize),
+}
+
+/// The Kafka side of a worker: the consumer, its deliveries and the message tasks' context.
+struct Intake {
+    source: KafkaSource,
+    ctx: Arc<Ctx>,
+}
+
+type Deliveries = tokio::sync::mpsc::UnboundedReceiver<Delivery>;
+
+impl Intake {
+    fn start(svc: &Services, shutdown: &Shutdown) -> anyhow::Result<(Intake, Deliveries)> {
+        let (settings, health) = (&svc.settings, &svc.health);
+        let (source, acker, deliveries) =
+            KafkaSource::start(settings, svc.metrics.clone(), health.clone())?;
+        let publisher = Publisher::new(&settings.kafka, svc.metrics.clone(), health.clone())?;
+        let ctx = Arc::new(Ctx {
+            runner: JobRunner::new(svc.clone(), shutdown.clone()),
+            publisher,
+            acker,
+            shutdown: shutdown.clone(),
+        });
+        Ok((Intake { source, ctx }, deliveries))
+    }
 }
 
 /// Runs the worker until `shutdown` drains, then stops as `Shutdown` documents. `bound`
@@ -52,8 +77,6 @@ pub async fn run(
         let _ = tx.send(addr);
     }
 
-    let (source, acker, mut deliveries) =
-        KafkaSource::start(&settings, svc.metrics.clone(), health.clone())?;
     tokio::spawn(watch_storage(
         svc.storage.clone(),
         settings.storage.output_bucket.clone(),
@@ -61,39 +84,61 @@ pub async fn run(
         health.clone(),
         shutdown.finished(),
     ));
-    let publisher = Publisher::new(&settings.kafka, svc.metrics.clone(), health.clone())?;
-    let ctx = Arc::new(Ctx {
-        runner: JobRunner::new(svc.clone(), shutdown.clone()),
-        publisher,
-        acker,
-        shutdown: shutdown.clone(),
-    });
+    if let Some(scanner) = &svc.scanner {
+        tokio::spawn(crate::scan::watch(
+            scanner.clone(),
+            Duration::from_secs(settings.scan.probe_interval_secs),
+            shutdown.finished(),
+        ));
+    }
+    let api = match settings.api.addr {
+        Some(_) => Some(api::serve(svc.clone(), shutdown.clone()).await?),
+        None => None,
+    };
+    let (intake, deliveries) = if settings.kafka.intake {
+        let (i, d) = Intake::start(&svc, &shutdown)?;
+        (Some(i), Some(d))
+    } else {
+        tracing::info!("KAFKA_INTAKE=false: serving the job API only");
+        (None, None)
+    };
     let tasks = TaskTracker::new();
     health.set_consuming(true);
-    tracing::info!(topic = %settings.kafka.request_topic, "consuming");
 
     // Poll → spawn.
-    loop {
-        tokio::select! {
-            biased;
-            _ = shutdown.draining() => break,
-            d = deliveries.recv() => match d {
-                Some(d) => { tasks.spawn(task::handle(d, ctx.clone())); }
-                None => { tracing::error!("consumer stopped"); break; }
-            },
+    match (&intake, deliveries) {
+        (Some(Intake { ctx, .. }), Some(mut deliveries)) => {
+            tracing::info!(topic = %settings.kafka.request_topic, "consuming");
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = shutdown.draining() => break,
+                    d = deliveries.recv() => match d {
+                        Some(d) => { tasks.spawn(task::handle(d, ctx.clone())); }
+                        None => { tracing::error!("consumer stopped"); break; }
+                    },
+                }
+            }
         }
+        _ => shutdown.draining().await,
     }
 
     // Drain: not ready, no new messages, in-flight jobs finish and publish.
     shutdown.drain();
     let deadline = Instant::now() + settings.shutdown_timeout();
     health.set_consuming(false);
-    source.stop_fetching();
+    if let Some(i) = &intake {
+        i.source.stop_fetching();
+    }
     tasks.close();
+    // The API stopped taking requests at the drain; its running jobs count like the others.
+    let api_jobs = api.map(|a| a.jobs).unwrap_or_default();
+    api_jobs.close();
     // Keep a little of the budget for the final commit, leaving the group and flushing.
     let reserve = (settings.shutdown_timeout() / 5).min(Duration::from_secs(3));
     tracing::info!(in_flight = svc.registry.len(), "draining");
-    let drained = tokio::time::timeout_at((deadline - reserve).into(), tasks.wait())
+    let all = async { tokio::join!(tasks.wait(), api_jobs.wait()) };
+    let drained = tokio::time::timeout_at((deadline - reserve).into(), all)
         .await
         .is_ok();
     let exit = if drained {
@@ -106,19 +151,21 @@ pub async fn run(
         );
         shutdown.abandon();
         // Kill the sandboxes and any ffmpeg now, so that none outlives the worker.
-        let killed = ctx.runner.kill_native();
+        let killed = svc.media.kill_all();
         if killed > 0 {
             tracing::warn!(killed, "media processes killed");
         }
         Exit::Abandoned(left)
     };
-    ctx.runner.close().await;
-    tokio::task::spawn_blocking(move || source.close()).await?;
-    ctx.publisher.flush(
-        deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(100)),
-    );
+    svc.media.close().await;
+    if let Some(Intake { source, ctx }) = intake {
+        tokio::task::spawn_blocking(move || source.close()).await?;
+        ctx.publisher.flush(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(100)),
+        );
+    }
     shutdown.finish();
     tracing::info!(?exit, "worker stopped");
     Ok(exit)

@@ -83,6 +83,7 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
         }],
         poster: true,
         cache_control: "no-cache".into(),
+        scan: false,
     };
     settings.profiles.insert("fuzz".into(), fuzz);
     settings.limits.max_video_seconds = 30;

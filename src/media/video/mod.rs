@@ -111,6 +111,7 @@ fn run(
             rotation: probe.rotation,
             hdr: probe.hdr,
             poster_time_ms: poster_time.map(|t| t.as_millis() as u64),
+            scan: None,
         })),
         warnings,
     })

@@ -1,0 +1,177 @@
+//! The job API, on a listener of its own (`API_ADDR`), so that probes and scrapes never queue
+//! behind uploads:
+//! - `POST /transcode` ([`transcode`]): an optimize request, answered synchronously with the
+//!   response Kafka would carry, its HTTP status mapped from it ([`status`]);
+//! - `POST /scan` ([`scan`]): a file (the body, streamed) or an object, through clamd.
+//!
+//! Both require a bearer token when `API_TOKENS_FILE` is set ([`auth`]).
+//!
+//! Sharing the cores: API jobs run on a [`JobRunner`] with permits of their own
+//! (`API_MAX_CONCURRENT`); a request beyond them is answered 503 at once, never queued, and
+//! never takes a Kafka permit. Beside Kafka intake the API gets one permit and the Kafka pool
+//! defaults to the remaining cores (`Settings::pool_size`), so together they make one job per
+//! core.
+
+mod auth;
+mod scan;
+pub mod status;
+mod transcode;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde::Serialize;
+use tokio::sync::Semaphore;
+use tokio_util::task::TaskTracker;
+
+use crate::job::{JobRunner, Services};
+use crate::shutdown::Shutdown;
+use crate::telemetry::http::{self, Limits};
+
+pub use auth::Tokens;
+
+/// What the handlers share.
+#[derive(Clone)]
+struct Api {
+    svc: Services,
+    runner: JobRunner,
+    /// One per job the API may run at once; `try_acquire` or 503.
+    admit: Arc<Semaphore>,
+    /// The jobs' tasks (they outlive a client that went away until their work is stopped).
+    jobs: TaskTracker,
+    retry_after: HeaderValue,
+}
+
+/// A running API: its address and its jobs, which the worker waits for when it stops.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub jobs: TaskTracker,
+}
+
+/// Starts the API on `api.addr` (which must be set). It stops taking requests when the worker
+/// drains; requests in progress are answered (or abandoned with the other jobs).
+pub async fn serve(svc: Services, shutdown: Shutdown) -> anyhow::Result<Running> {
+    let settings = svc.settings.clone();
+    let addr = settings
+        .api
+        .addr
+        .ok_or_else(|| anyhow::anyhow!("api.addr is not set"))?;
+    let permits = settings.api_concurrency();
+    let tokens = match &settings.api.tokens_file {
+        Some(path) => Some(Arc::new(Tokens::load(path)?)),
+        None => None,
+    };
+    let api = Api {
+        runner: JobRunner::with_permits(svc.clone(), shutdown.clone(), permits),
+        admit: Arc::new(Semaphore::new(permits)),
+        jobs: TaskTracker::new(),
+        retry_after: HeaderValue::from(settings.api.retry_after_secs),
+        svc,
+    };
+    let jobs = api.jobs.clone();
+    let app = Router::new()
+        .route("/transcode", post(transcode::handle))
+        .route("/scan", post(scan::handle))
+        // Each route bounds its own body: /transcode at MAX_REQUEST_BYTES, /scan streams up to
+        // MAX_INPUT_BYTES.
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .route_layer(axum::middleware::from_fn_with_state(
+            tokens,
+            auth::require_token,
+        ))
+        .with_state(api);
+    let limits = Limits {
+        max_connections: settings.api.max_connections,
+        header_timeout: Duration::from_millis(settings.http.header_timeout_ms),
+        max_body_bytes: settings.requests.max_request_bytes,
+    };
+    let addr = http::serve_router(addr, app, limits, shutdown.drained()).await?;
+    tracing::info!(%addr, permits, "job API listening");
+    Ok(Running { addr, jobs })
+}
+
+/// The body of an answer that is not a job's response: `{"error": {"code", "message"}}`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ApiError {
+    pub error: ApiErrorBody,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ApiErrorBody {
+    /// `unauthorized`, `busy`, `too_large`, `bad_request`, `not_found`, `access_denied`,
+    /// `scan_unavailable`, `storage_unavailable`, `not_configured` or `internal`.
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl Api {
+    /// An error answer; 503s carry `Retry-After`.
+    fn error(&self, status: StatusCode, code: &'static str, message: String) -> Response {
+        let body = axum::Json(ApiError {
+            error: ApiErrorBody { code, message },
+        });
+        self.with_retry_after(status, body.into_response())
+    }
+
+    fn with_retry_after(&self, status: StatusCode, mut r: Response) -> Response {
+        *r.status_mut() = status;
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, self.retry_after.clone());
+        }
+        r
+    }
+
+    /// Counts a finished request.
+    fn observe(&self, route: &str, status: StatusCode, started: Instant) {
+        let m = &self.svc.metrics;
+        m.api_requests
+            .with_label_values(&[route, status.as_str()])
+            .inc();
+        m.api_duration
+            .with_label_values(&[route])
+            .observe(started.elapsed().as_secs_f64());
+    }
+}
+
+/// `api_in_flight` while a request is answered (dropped with it, however it ends).
+struct InFlight(prometheus::IntGauge);
+
+impl InFlight {
+    fn new(g: &prometheus::IntGauge) -> InFlight {
+        g.inc();
+        InFlight(g.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Why a body could not be read whole.
+enum BodyError {
+    TooLarge,
+    Failed(String),
+}
+
+/// Reads a body of at most `max` bytes (stopping as soon as it is over).
+async fn read_body(body: axum::body::Body, max: usize) -> Result<bytes::Bytes, BodyError> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut buf = bytes::BytesMut::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| BodyError::Failed(e.to_string()))?;
+        if buf.len() + chunk.len() > max {
+            return Err(BodyError::TooLarge);
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}

@@ -1,0 +1,133 @@
+//! `POST /scan`: a file through clamd. The body is the file itself (any content type but
+//! JSON), streamed to clamd as it arrives and bounded by `MAX_INPUT_BYTES`, or, with
+//! `Content-Type: application/json`, `{"bucket","key"}` of an object, downloaded to scratch
+//! (under the same bucket rules as requests) and streamed from there. 200 with the verdict,
+//! infected or not; 503 when clamd is unreachable.
+
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+
+use crate::contract::{ScanVerdict, SourceRef};
+use crate::scan::{ScanError, Scanner};
+use crate::scratch::ScratchDir;
+use crate::stages::validate;
+use crate::storage::StorageError;
+
+use super::{Api, BodyError, InFlight, read_body};
+
+const ROUTE: &str = "/scan";
+/// The largest `{"bucket","key"}` body.
+const MAX_REF_BYTES: usize = 4096;
+
+pub(super) async fn handle(State(api): State<Api>, headers: HeaderMap, body: Body) -> Response {
+    let started = Instant::now();
+    let _in_flight = InFlight::new(&api.svc.metrics.api_in_flight);
+    let r = answer(&api, &headers, body).await;
+    let r = match r {
+        Ok(v) => {
+            tracing::info!(
+                route = ROUTE,
+                clean = v.clean,
+                signature = v.signature.as_deref().unwrap_or(""),
+                scanned_bytes = v.scanned_bytes,
+                duration_ms = v.duration_ms,
+                "scanned"
+            );
+            axum::Json(v).into_response()
+        }
+        Err((status, code, message)) => {
+            tracing::info!(
+                route = ROUTE,
+                http_status = status.as_u16(),
+                code,
+                message,
+                "scan failed"
+            );
+            api.error(status, code, message)
+        }
+    };
+    api.observe(ROUTE, r.status(), started);
+    r
+}
+
+type Refusal = (StatusCode, &'static str, String);
+
+async fn answer(api: &Api, headers: &HeaderMap, body: Body) -> Result<ScanVerdict, Refusal> {
+    let Some(scanner) = &api.svc.scanner else {
+        return Err(scan_refusal(ScanError::NotConfigured));
+    };
+    let max = api.svc.settings.limits.max_input_bytes;
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json"));
+    if is_json {
+        return scan_object(api, scanner, body).await;
+    }
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max) {
+        return Err(scan_refusal(ScanError::TooLarge { limit: max }));
+    }
+    let input = body
+        .into_data_stream()
+        .map(|chunk| chunk.map_err(std::io::Error::other));
+    scanner
+        .scan(Box::pin(input), max)
+        .await
+        .map_err(scan_refusal)
+}
+
+/// `{"bucket","key"}`: the object downloaded to scratch, then scanned.
+async fn scan_object(api: &Api, scanner: &Scanner, body: Body) -> Result<ScanVerdict, Refusal> {
+    let svc = &api.svc;
+    let bad = |m: String| (StatusCode::BAD_REQUEST, "bad_request", m);
+    let bytes = read_body(body, MAX_REF_BYTES).await.map_err(|e| match e {
+        BodyError::TooLarge => bad(format!("the body is over {MAX_REF_BYTES} bytes")),
+        BodyError::Failed(e) => bad(format!("reading the body: {e}")),
+    })?;
+    let src: SourceRef = serde_json::from_slice(&bytes)
+        .map_err(|e| bad(format!("expected {{\"bucket\", \"key\"}}: {e}")))?;
+    validate::check_source(&src, &svc.settings.requests).map_err(bad)?;
+    let job = svc.registry.start("scan", "scan");
+    let scratch = ScratchDir::create(&svc.settings.worker.tmp_dir, job.id())
+        .map_err(|e| storage_refusal(StorageError::Scratch(e.to_string())))?;
+    let max = svc.settings.limits.max_input_bytes;
+    svc.storage
+        .download(&src, &scratch.source(), max)
+        .await
+        .map_err(storage_refusal)?;
+    scanner
+        .scan_file(&scratch.source())
+        .await
+        .map_err(scan_refusal)
+}
+
+fn scan_refusal(e: ScanError) -> Refusal {
+    let (status, code) = match &e {
+        ScanError::Unavailable(_) | ScanError::Refused(_) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "scan_unavailable")
+        }
+        ScanError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+        ScanError::Input(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+        ScanError::NotConfigured => (StatusCode::NOT_IMPLEMENTED, "not_configured"),
+    };
+    (status, code, e.to_string())
+}
+
+fn storage_refusal(e: StorageError) -> Refusal {
+    let (status, code) = match &e {
+        StorageError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+        StorageError::AccessDenied { .. } => (StatusCode::FORBIDDEN, "access_denied"),
+        StorageError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+        StorageError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
+        StorageError::Scratch(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+    };
+    (status, code, e.to_string())
+}

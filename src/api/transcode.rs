@@ -1,0 +1,130 @@
+//! `POST /transcode`: an optimize request (docs/events.md), run now, answered with the response
+//! Kafka would carry. Same validation, profiles, outputs, manifest and replay as the Kafka path;
+//! the HTTP status follows the response ([`super::status`]). A client that goes away cancels
+//! its job: the native work is killed and reaped and the scratch removed.
+
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use tracing::Instrument;
+
+use crate::contract::OptimizeResponse;
+use crate::job::response;
+use crate::stages::validate::{self, Invalid};
+
+use super::{Api, BodyError, InFlight, read_body, status};
+
+const ROUTE: &str = "/transcode";
+/// Counted for a job whose client went away (nginx's "client closed request").
+const CLIENT_CLOSED: u16 = 499;
+
+pub(super) async fn handle(State(api): State<Api>, body: Body) -> Response {
+    let started = Instant::now();
+    let _in_flight = InFlight::new(&api.svc.metrics.api_in_flight);
+    let r = answer(&api, body, started).await;
+    api.observe(ROUTE, r.status(), started);
+    r
+}
+
+async fn answer(api: &Api, body: Body, started: Instant) -> Response {
+    let svc = &api.svc;
+    let max = svc.settings.requests.max_request_bytes;
+    let invalid = |status: StatusCode, reason: String| {
+        let invalid = Invalid {
+            request_id: None,
+            media_id: None,
+            user_id: None,
+            reason,
+        };
+        json(
+            api,
+            status,
+            &response::for_invalid(&svc.worker, &invalid, started),
+        )
+    };
+    let payload = match read_body(body, max).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge) => {
+            let reason = format!("the request is over the {max}-byte limit");
+            return invalid(StatusCode::PAYLOAD_TOO_LARGE, reason);
+        }
+        Err(BodyError::Failed(e)) => {
+            return invalid(StatusCode::BAD_REQUEST, format!("reading the body: {e}"));
+        }
+    };
+    let req = match validate::parse(Some(&payload), &svc.settings) {
+        Ok(req) => req,
+        Err(invalid) => {
+            tracing::info!(route = ROUTE, reason = %invalid.reason, "invalid request");
+            let r = response::for_invalid(&svc.worker, &invalid, started);
+            return json(api, StatusCode::BAD_REQUEST, &r);
+        }
+    };
+    let Ok(permit) = api.admit.clone().try_acquire_owned() else {
+        let message = format!(
+            "all {} API job slots are busy",
+            svc.settings.api_concurrency()
+        );
+        return api.error(StatusCode::SERVICE_UNAVAILABLE, "busy", message);
+    };
+    // The job runs in a task of its own, so that a client going away (this future dropped)
+    // cancels it through `cancel` and it still stops cleanly: children reaped, scratch removed,
+    // the slot given back.
+    let cancel = api.runner.cancel_token();
+    let guard = cancel.clone().drop_guard();
+    let (runner, registry, metrics) = (
+        api.runner.clone(),
+        svc.registry.clone(),
+        svc.metrics.clone(),
+    );
+    let span = tracing::info_span!("api.transcode", request_id = %req.request_id, media_id = %req.media_id);
+    let task = api.jobs.spawn(
+        async move {
+            let _permit = permit;
+            let job = registry.start(&req.request_id, &req.media_id);
+            let r = runner.run_until(&req, &job, cancel.clone()).await;
+            if cancel.is_cancelled() {
+                tracing::info!(route = ROUTE, "client went away: job cancelled");
+                metrics
+                    .api_requests
+                    .with_label_values(&[ROUTE, &CLIENT_CLOSED.to_string()])
+                    .inc();
+            }
+            r
+        }
+        .instrument(span),
+    );
+    let r = match task.await {
+        Ok(r) => r,
+        Err(e) => {
+            return api.error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                format!("job task failed: {e}"),
+            );
+        }
+    };
+    guard.disarm();
+    let status = status::of_response(&r);
+    tracing::info!(
+        route = ROUTE,
+        request_id = r.request_id.as_deref().unwrap_or(""),
+        media_id = r.media_id.as_deref().unwrap_or(""),
+        http_status = status.as_u16(),
+        status = r.status.as_str(),
+        error_code = r.error.as_ref().map_or("", |e| e.code.as_str()),
+        attempts = r.attempts,
+        outputs = r.outputs.len(),
+        replayed = r.replayed,
+        duration_ms = r.duration_ms,
+        "job finished"
+    );
+    json(api, status, &r)
+}
+
+fn json(api: &Api, status: StatusCode, r: &OptimizeResponse) -> Response {
+    api.with_retry_after(status, axum::Json(r).into_response())
+}
