@@ -783,11 +783,16 @@ mod tests {
         let mut keys = Vec::new();
         leaves("", &dict, &mut keys);
         assert!(keys.len() > 70, "{} keys", keys.len());
-        let default = format!("{:?}", Settings::load_from(None, env(&[])).unwrap());
+        let default = format!(
+            "{:?}",
+            Settings::load_from(None, env(&[("API_ADDR", "127.0.0.1:9998")])).unwrap()
+        );
         for (key, value) in &keys {
             let name = env_name(key);
             let raw = another(key, value);
-            let set = Settings::load_from(None, env(&[(&name, &raw)]))
+            // Without intake the API must be on.
+            let api = ("API_ADDR", "127.0.0.1:9998");
+            let set = Settings::load_from(None, env(&[(&name, &raw), api]))
                 .unwrap_or_else(|e| panic!("{name}={raw}: {e}"));
             assert_ne!(format!("{set:?}"), default, "{name}={raw} changed nothing");
         }
@@ -810,8 +815,9 @@ mod tests {
                 continue;
             };
             let raw = another(key, value);
-            let by_short = Settings::load_from(None, env(&[(short, &raw)])).unwrap();
-            let by_name = Settings::load_from(None, env(&[(&env_name(key), &raw)])).unwrap();
+            let api = ("API_ADDR", "127.0.0.1:9998");
+            let by_short = Settings::load_from(None, env(&[(short, &raw), api])).unwrap();
+            let by_name = Settings::load_from(None, env(&[(&env_name(key), &raw), api])).unwrap();
             assert_eq!(format!("{by_short:?}"), format!("{by_name:?}"), "{short}");
         }
         // The short name wins when both are given.
@@ -858,6 +864,46 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(text.contains("pool_sise"), "{text}");
+    }
+
+    #[test]
+    fn the_api_shares_the_cores_and_needs_tokens_off_loopback() {
+        let cores = cores();
+        let on = |extra: &[(&str, &str)]| {
+            // The first of a name counts: `extra` overrides the loopback address.
+            let mut e = extra.to_vec();
+            e.push(("API_ADDR", "127.0.0.1:8081"));
+            Settings::load_from(None, env(&e))
+        };
+        let s = on(&[]).unwrap();
+        assert_eq!(s.api_concurrency(), 1);
+        assert_eq!(s.pool_size(), cores.saturating_sub(1).max(1));
+        assert_eq!(s.native_slots(), s.pool_size() + 1);
+        let s = on(&[("KAFKA_INTAKE", "false")]).unwrap();
+        assert_eq!((s.api_concurrency(), s.native_slots()), (cores, cores));
+        let s = on(&[("API_MAX_CONCURRENT", "3"), ("WORKER_POOL_SIZE", "2")]).unwrap();
+        assert_eq!((s.api_concurrency(), s.pool_size()), (3, 2));
+        let off = Settings::load_from(None, env(&[])).unwrap();
+        assert_eq!((off.api_concurrency(), off.pool_size()), (0, cores));
+
+        let e = on(&[("API_ADDR", "0.0.0.0:8081")]).unwrap_err().to_string();
+        assert!(
+            e.contains("api.tokens_file") && e.contains("loopback"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens");
+        std::fs::write(&tokens, "t\n").unwrap();
+        let t = tokens.to_str().unwrap();
+        assert!(on(&[("API_ADDR", "0.0.0.0:8081"), ("API_TOKENS_FILE", t)]).is_ok());
+        let e = Settings::load_from(None, env(&[("KAFKA_INTAKE", "false")])).unwrap_err();
+        assert!(e.to_string().contains("API_ADDR"), "{e}");
+        let e = on(&[("CLAMD_ADDR", "localhost:3310")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("scan.clamd_addr"), "{e}");
+        let e = on(&[("MEDIA_WORKER_PROFILES__DEFAULT__SCAN", "true")]).unwrap_err();
+        assert!(e.to_string().contains("profiles.default.scan"), "{e}");
     }
 
     #[test]

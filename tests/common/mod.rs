@@ -12,12 +12,16 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod broker;
+pub mod clamd;
+pub mod http;
 pub mod stack;
 pub mod storage;
 pub mod worker;
 
 #[allow(unused_imports)]
 pub use broker::{Broker, Received, Responses, produce_all};
+#[allow(unused_imports)]
+pub use clamd::{Clamd, EICAR, EICAR_SIGNATURE};
 #[allow(unused_imports)]
 pub use stack::{Stack, request};
 #[allow(unused_imports)]

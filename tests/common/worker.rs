@@ -30,6 +30,10 @@ impl Worker {
             .envs(env);
         let mut child = spawn(&mut cmd, &log);
         wait_port(http.port(), &mut child, "worker http", &log);
+        if let Some(api) = env.get("API_ADDR") {
+            let port = api.rsplit(':').next().unwrap().parse().unwrap();
+            wait_port(port, &mut child, "worker API", &log);
+        }
         Worker {
             child,
             http,
