@@ -97,7 +97,12 @@ async fn scan_route_streams_bodies_and_objects_to_clamd() {
     let stack = Stack::start(1).await;
     let mut clamd = Clamd::start();
     let dir = tempfile::tempdir().unwrap();
-    let (worker, api) = api_worker(&stack, &clamd, dir.path(), &[("MAX_INPUT_BYTES", "200000")]);
+    let (worker, api) = api_worker(
+        &stack,
+        &clamd,
+        dir.path(),
+        &[("MAX_INPUT_BYTES", "1000000")],
+    );
 
     // The raw body: EICAR is found, a photo is clean; the verdict names the engine.
     let a = scan_raw(api, EICAR);
@@ -111,14 +116,14 @@ async fn scan_route_streams_bodies_and_objects_to_clamd() {
         "{v}"
     );
     let photo = std::fs::read(corpus("imageio_coffee.png")).unwrap();
-    assert!(photo.len() < 200_000);
+    assert!(photo.len() < 1_000_000);
     let v = scan_raw(api, &photo).json();
     assert_eq!(v["clean"], true, "{v}");
     assert_eq!(v["signature"], serde_json::Value::Null);
     assert_eq!(v["scanned_bytes"], photo.len());
 
     // Over MAX_INPUT_BYTES: refused by its declared length, and when streamed without one.
-    let big = vec![7u8; 300_000];
+    let big = vec![7u8; 1_500_000];
     let a = scan_raw(api, &big);
     assert_eq!((a.status, error_code(&a).as_str()), (413, "too_large"));
     let a = http::post_chunked(api, "/scan", &[("Authorization", &auth())], &big, 16 << 10);

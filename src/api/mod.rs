@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -84,6 +85,8 @@ pub async fn serve(svc: Services, shutdown: Shutdown) -> anyhow::Result<Running>
             tokens,
             auth::require_token,
         ))
+        // Outermost: every answer of a route is counted, refusals included.
+        .route_layer(axum::middleware::from_fn_with_state(api.clone(), observe))
         .with_state(api);
     let limits = Limits {
         max_connections: settings.api.max_connections,
@@ -126,28 +129,32 @@ impl Api {
         }
         r
     }
-
-    /// Counts a finished request.
-    fn observe(&self, route: &str, status: StatusCode, started: Instant) {
-        let m = &self.svc.metrics;
-        m.api_requests
-            .with_label_values(&[route, status.as_str()])
-            .inc();
-        m.api_duration
-            .with_label_values(&[route])
-            .observe(started.elapsed().as_secs_f64());
-    }
 }
 
-/// `api_in_flight` while a request is answered (dropped with it, however it ends).
+/// Counts every answer of a route by status, and `api_in_flight` while it is made (a request
+/// whose client went away is counted by its job, as 499).
+async fn observe(
+    State(api): State<Api>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let started = Instant::now();
+    let route = request.uri().path().to_owned();
+    let m = &api.svc.metrics;
+    m.api_in_flight.inc();
+    let _done = InFlight(m.api_in_flight.clone());
+    let r = next.run(request).await;
+    m.api_requests
+        .with_label_values(&[&route, r.status().as_str()])
+        .inc();
+    m.api_duration
+        .with_label_values(&[&route])
+        .observe(started.elapsed().as_secs_f64());
+    r
+}
+
+/// Decrements `api_in_flight` however the request ends.
 struct InFlight(prometheus::IntGauge);
-
-impl InFlight {
-    fn new(g: &prometheus::IntGauge) -> InFlight {
-        g.inc();
-        InFlight(g.clone())
-    }
-}
 
 impl Drop for InFlight {
     fn drop(&mut self) {

@@ -4,8 +4,6 @@
 //! (under the same bucket rules as requests) and streamed from there. 200 with the verdict,
 //! infected or not; 503 when clamd is unreachable.
 
-use std::time::Instant;
-
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -18,17 +16,14 @@ use crate::scratch::ScratchDir;
 use crate::stages::validate;
 use crate::storage::StorageError;
 
-use super::{Api, BodyError, InFlight, read_body};
+use super::{Api, BodyError, read_body};
 
 const ROUTE: &str = "/scan";
 /// The largest `{"bucket","key"}` body.
 const MAX_REF_BYTES: usize = 4096;
 
 pub(super) async fn handle(State(api): State<Api>, headers: HeaderMap, body: Body) -> Response {
-    let started = Instant::now();
-    let _in_flight = InFlight::new(&api.svc.metrics.api_in_flight);
-    let r = answer(&api, &headers, body).await;
-    let r = match r {
+    match answer(&api, &headers, body).await {
         Ok(v) => {
             tracing::info!(
                 route = ROUTE,
@@ -50,9 +45,7 @@ pub(super) async fn handle(State(api): State<Api>, headers: HeaderMap, body: Bod
             );
             api.error(status, code, message)
         }
-    };
-    api.observe(ROUTE, r.status(), started);
-    r
+    }
 }
 
 type Refusal = (StatusCode, &'static str, String);

@@ -15,18 +15,14 @@ use crate::contract::OptimizeResponse;
 use crate::job::response;
 use crate::stages::validate::{self, Invalid};
 
-use super::{Api, BodyError, InFlight, read_body, status};
+use super::{Api, BodyError, read_body, status};
 
 const ROUTE: &str = "/transcode";
 /// Counted for a job whose client went away (nginx's "client closed request").
 const CLIENT_CLOSED: u16 = 499;
 
 pub(super) async fn handle(State(api): State<Api>, body: Body) -> Response {
-    let started = Instant::now();
-    let _in_flight = InFlight::new(&api.svc.metrics.api_in_flight);
-    let r = answer(&api, body, started).await;
-    api.observe(ROUTE, r.status(), started);
-    r
+    answer(&api, body, Instant::now()).await
 }
 
 async fn answer(api: &Api, body: Body, started: Instant) -> Response {
