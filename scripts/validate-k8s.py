@@ -17,7 +17,8 @@ import tempfile
 import yaml
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy", "k8s")
-TARGETS = ["base", "overlays/dev", "overlays/prod", "overlays/prod-static"]
+TARGETS = ["base", "overlays/dev", "overlays/prod", "overlays/prod-static", "overlays/prod-scan",
+           "overlays/prod-api"]
 K8S_VERSION = "1.30.0"
 errors = []
 
@@ -73,13 +74,16 @@ def worker(target, docs, env, binary):
                 if line.strip().startswith("shutdown_timeout_secs"):
                     shutdown = int(line.split("=")[1])
             if binary:
-                with tempfile.NamedTemporaryFile("w", suffix=".toml") as f:
+                with tempfile.NamedTemporaryFile("w", suffix=".toml") as f, \
+                        tempfile.NamedTemporaryFile("w") as tokens:
                     f.write(toml)
                     f.flush()
+                    # The tokens Secret is mounted in the pod only.
+                    mounted = {"API_TOKENS_FILE": tokens.name} if "API_TOKENS_FILE" in env else {}
                     with tempfile.TemporaryDirectory() as out:
                         r = subprocess.run(
                             [binary, "schemas", "--out", out],
-                            env={**os.environ, **env, "MEDIA_WORKER_CONFIG": f.name},
+                            env={**os.environ, **env, **mounted, "MEDIA_WORKER_CONFIG": f.name},
                             capture_output=True, text=True, check=False,
                         )
                 check(r.returncode == 0, target, f"worker.toml does not load: {r.stderr}")
@@ -99,6 +103,28 @@ def worker(target, docs, env, binary):
     check(pod.get("topologySpreadConstraints"), target, "no topologySpreadConstraints")
     res = c.get("resources", {})
     check(res.get("requests") and res.get("limits"), target, "requests and limits")
+    ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+    if env.get("KAFKA_INTAKE") == "false":
+        # The sync API: its port served, authenticated off loopback, no Kafka-lag scaling.
+        api_port = int(env.get("API_ADDR", ":0").rsplit(":", 1)[1])
+        check(ports.get("api") == api_port, target, f"API_ADDR port {api_port} is not the api port")
+        check(env.get("API_TOKENS_FILE", "").startswith(tuple(
+            m["mountPath"] for m in c.get("volumeMounts", []))), target, "API tokens not mounted")
+        check(not any(d["kind"] == "ScaledObject" for d in docs), target,
+              "an API-only workload is scaled on Kafka lag")
+        check(any(p.get("targetPort") == "api" for d in docs if d["kind"] == "Service"
+                  for p in d["spec"]["ports"]), target, "no Service exposes the API")
+    if env.get("CLAMD_ADDR"):
+        # clamd on loopback, as a native sidecar that starts (signatures loaded) first.
+        port = int(env["CLAMD_ADDR"].rsplit(":", 1)[1])
+        sidecars = [s for s in pod.get("initContainers", []) if s.get("restartPolicy") == "Always"]
+        clamd = [s for s in sidecars if any(p["containerPort"] == port for p in s.get("ports", []))]
+        check(env["CLAMD_ADDR"].startswith("tcp://127.0.0.1:") and clamd, target,
+              "CLAMD_ADDR is not a clamd sidecar on loopback")
+        check(clamd and clamd[0].get("startupProbe") and clamd[0].get("readinessProbe"), target,
+              "the clamd sidecar lacks a startup or readiness probe")
+        check(clamd and clamd[0].get("resources", {}).get("limits", {}).get("memory"), target,
+              "the clamd sidecar has no memory limit")
     if w["kind"] == "StatefulSet":
         names = [e["name"] for e in c.get("env", [])]
         check("KAFKA_GROUP_INSTANCE_ID" in names, target, "static membership needs KAFKA_GROUP_INSTANCE_ID")
