@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use media_worker::contract::{DeadLetter, OptimizeResponse, Status};
+use media_worker::contract::{DeadLetter, OptimizeResponse, ScanVerdict, SourceRef, Status};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -57,7 +57,13 @@ fn the_documented_examples_match_the_schemas_and_the_types() {
     let all = examples();
     let kinds = |s: &str| all.iter().filter(|(k, _)| k == s).count();
     assert!(kinds("optimize-response.v1.json") >= 4 && kinds("dead-letter.v1.json") == 1);
-    for schema in ["optimize-response.v1.json", "dead-letter.v1.json"] {
+    assert!(kinds("scan-response.v1.json") >= 1 && kinds("scan-request.v1.json") >= 1);
+    for schema in [
+        "optimize-response.v1.json",
+        "dead-letter.v1.json",
+        "scan-response.v1.json",
+        "scan-request.v1.json",
+    ] {
         let records: Vec<String> = all
             .iter()
             .filter(|(k, _)| k == schema)
@@ -71,6 +77,11 @@ fn the_documented_examples_match_the_schemas_and_the_types() {
         if schema == "dead-letter.v1.json" {
             let d: DeadLetter = serde_json::from_str(json).unwrap();
             assert!(d.response.is_some() && d.request.is_some());
+        } else if schema == "scan-response.v1.json" {
+            let v: ScanVerdict = serde_json::from_str(json).unwrap();
+            assert_eq!(v.clean, v.signature.is_none());
+        } else if schema == "scan-request.v1.json" {
+            let _: SourceRef = serde_json::from_str(json).unwrap();
         } else {
             let r: OptimizeResponse = serde_json::from_str(json).unwrap();
             statuses.push(r.status);

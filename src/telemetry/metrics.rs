@@ -308,6 +308,7 @@ impl Metrics {
         }
         for route in ["/transcode", "/scan"] {
             self.api_duration.with_label_values(&[route]);
+            self.api_requests.with_label_values(&[route, "200"]);
         }
     }
 
