@@ -218,8 +218,20 @@ async fn dashboards_and_alerts_use_only_exported_metrics() {
     );
 
     let stack = Stack::start(1).await;
-    let worker = Worker::start(&stack.worker_env("g-dash"));
+    // A worker that scans exports clamd's state (here: nothing listens, so 0); the API's
+    // series are there from the start.
+    let mut env = stack.worker_env("g-dash");
+    env.insert(
+        "CLAMD_ADDR".into(),
+        format!("tcp://127.0.0.1:{}", free_port()),
+    );
+    let worker = Worker::start(&env);
     worker.wait_ready();
+    wait_for("clamd's state", MINUTE, || {
+        worker
+            .metric("media_worker_clamd_up{")
+            .filter(|up| *up == 0.0)
+    });
     // Lag comes with the first librdkafka statistics.
     wait_for("consumer lag", MINUTE, || {
         worker
