@@ -9,7 +9,7 @@
 //! prints what the sandbox costs. CPU includes the sandbox children (and their ffmpeg); peak
 //! RSS is given for this process (the worker's part) and for the largest child.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,22 +20,7 @@ use media_worker::job::JobRunner;
 use media_worker::storage::LocalStorage;
 
 mod util;
-use util::{arg, proc_status_mib};
-
-/// Manifest kinds that are ordinary photos (not broken files, pixel bombs or videos).
-const PHOTO_KINDS: &[&str] = &["photo", "faces", "orientation", "color", "alpha"];
-
-fn corpus_photos(dir: &Path) -> Vec<String> {
-    let manifest = std::fs::read_to_string(dir.join("MANIFEST.tsv")).expect("corpus manifest");
-    manifest
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let cols: Vec<&str> = l.split('\t').collect();
-            (cols.len() > 5 && PHOTO_KINDS.contains(&cols[5])).then(|| cols[0].to_owned())
-        })
-        .collect()
-}
+use util::{arg, corpus_photos, proc_status_mib};
 
 /// CPU seconds of this process, of its reaped children, and of the live `children` (with
 /// what they reaped: a sandbox's ffmpeg runs).

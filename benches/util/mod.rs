@@ -24,3 +24,19 @@ pub fn proc_status_mib(pid: &str, field: &str) -> f64 {
         .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
 }
+
+/// Manifest kinds that are ordinary photos (not broken files, pixel bombs or videos).
+const PHOTO_KINDS: &[&str] = &["photo", "faces", "orientation", "color", "alpha"];
+
+/// The ordinary photos of the corpus in `dir` (file names, from its MANIFEST.tsv).
+pub fn corpus_photos(dir: &std::path::Path) -> Vec<String> {
+    let manifest = std::fs::read_to_string(dir.join("MANIFEST.tsv")).expect("corpus manifest");
+    manifest
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split('\t').collect();
+            (cols.len() > 5 && PHOTO_KINDS.contains(&cols[5])).then(|| cols[0].to_owned())
+        })
+        .collect()
+}

@@ -1,0 +1,165 @@
+//! Does the job API starve Kafka? Kafka throughput of one worker alone and under a saturating
+//! `POST /transcode` load, at the documented split (API on, `API_MAX_CONCURRENT` 1, the Kafka
+//! pool the remaining cores) and, for contrast, oversubscribed (the Kafka pool all cores
+//! besides the API's permit).
+//!
+//!   cargo bench --bench api_split [-- --rounds 3 --requests 40 --clients 3]
+//!
+//! Real parts as in the tests: the worker binary, tansu, s3s-fs. Each round produces
+//! `--requests` photo requests (new media ids, default profile) and times them from the first
+//! produce to the last response; "loaded" rounds run `--clients` threads posting photo jobs to
+//! the API the whole time (a 503 `busy` is retried after 20 ms), so its permit is never idle.
+//! Rounds alternate alone / loaded on the same worker, so drifts in machine speed fall on both.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use media_worker::contract::Status;
+
+mod util;
+use util::{arg, corpus_photos};
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::{Stack, Worker, free_port, http, request};
+
+/// What a loaded round's clients did.
+#[derive(Default)]
+struct Load {
+    done: AtomicU64,
+    busy: AtomicU64,
+}
+
+fn clients(
+    api: SocketAddr,
+    photos: &[String],
+    n: usize,
+    stop: &Arc<AtomicBool>,
+    load: &Arc<Load>,
+    tag: &str,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..n)
+        .map(|c| {
+            let (photos, stop, load) = (photos.to_vec(), stop.clone(), load.clone());
+            let tag = format!("{tag}-c{c}");
+            std::thread::spawn(move || {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let req = request(&format!("{tag}-{i}"), &photos[i % photos.len()]);
+                    let body = serde_json::to_vec(&req).unwrap();
+                    let a = http::post(
+                        api,
+                        "/transcode",
+                        &[("Content-Type", "application/json")],
+                        &body,
+                    );
+                    match a.status {
+                        200 => {
+                            load.done.fetch_add(1, Ordering::Relaxed);
+                            i += 1;
+                        }
+                        503 => {
+                            load.busy.fetch_add(1, Ordering::Relaxed);
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        s => panic!("API answered {s}: {}", String::from_utf8_lossy(&a.body)),
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+fn main() {
+    let rounds: usize = arg("--rounds", "3").parse().unwrap();
+    let per_round: usize = arg("--requests", "40").parse().unwrap();
+    let n_clients: usize = arg("--clients", "3").parse().unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let corpus = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
+    let photos = corpus_photos(&corpus);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let stack = rt.block_on(Stack::start(2));
+    for p in &photos {
+        rt.block_on(stack.upload_corpus(p));
+    }
+    println!(
+        "{cores} cores, {} photos, {per_round} Kafka requests a round, {rounds} rounds alone and {rounds} loaded, {n_clients} API clients",
+        photos.len()
+    );
+    // (name, Kafka pool): the documented split leaves the pool at its default.
+    let modes = [("split", None), ("oversubscribed", Some(cores.to_string()))];
+    for (name, pool) in modes {
+        let api: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let mut env = stack.worker_env(&format!("bench-{name}"));
+        env.insert("API_ADDR".into(), api.to_string());
+        env.insert("API_MAX_CONCURRENT".into(), "1".into());
+        env.insert("RUST_LOG".into(), "warn".into());
+        if let Some(p) = &pool {
+            env.insert("WORKER_POOL_SIZE".into(), p.clone());
+        }
+        let worker = Worker::start(&env);
+        worker.wait_ready();
+        let kafka_pool = worker.metric("media_worker_pool_size").unwrap();
+        let responses = stack.responses();
+        let (mut alone, mut loaded) = (Vec::new(), Vec::new());
+        let (mut api_done, mut api_busy, mut api_secs) = (0, 0, 0.0);
+        for round in 0..2 * rounds {
+            let with_load = round % 2 == 1;
+            let (stop, load) = (Arc::new(AtomicBool::new(false)), Arc::new(Load::default()));
+            let threads = if with_load {
+                let t = clients(
+                    api,
+                    &photos,
+                    n_clients,
+                    &stop,
+                    &load,
+                    &format!("{name}-r{round}"),
+                );
+                // The API's permit is taken before the Kafka round starts.
+                common::wait_for("the API busy", Duration::from_secs(30), || {
+                    (!worker.jobs().is_empty()).then_some(())
+                });
+                t
+            } else {
+                Vec::new()
+            };
+            let reqs: Vec<_> = (0..per_round)
+                .map(|i| request(&format!("{name}-r{round}-k{i}"), &photos[i % photos.len()]))
+                .collect();
+            let t = Instant::now();
+            rt.block_on(stack.send_all(&reqs));
+            let got = responses.take(per_round, Duration::from_secs(600));
+            let secs = t.elapsed().as_secs_f64();
+            stop.store(true, Ordering::Relaxed);
+            for th in threads {
+                th.join().unwrap();
+            }
+            assert!(
+                got.iter().all(|r| r.body.status != Status::Failed),
+                "a Kafka job failed"
+            );
+            let rate = per_round as f64 / secs;
+            if with_load {
+                loaded.push(rate);
+                api_done += load.done.load(Ordering::Relaxed);
+                api_busy += load.busy.load(Ordering::Relaxed);
+                api_secs += secs;
+            } else {
+                alone.push(rate);
+            }
+            println!(
+                "  {name} round {round}: {} {rate:.2} images/s",
+                if with_load { "loaded" } else { "alone " }
+            );
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let (a, l) = (mean(&alone), mean(&loaded));
+        println!(
+            "{name}: Kafka pool {kafka_pool}, API permits 1: Kafka alone {a:.2} images/s, under API load {l:.2} images/s ({:+.1} %); API {:.2} jobs/s, {api_busy} answered busy",
+            (l / a - 1.0) * 100.0,
+            api_done as f64 / api_secs,
+        );
+    }
+}
