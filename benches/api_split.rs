@@ -8,7 +8,7 @@
 //! Real parts as in the tests: the worker binary, tansu, s3s-fs. Each round produces
 //! `--requests` photo requests (new media ids, default profile) and times them from the first
 //! produce to the last response; "loaded" rounds run `--clients` threads posting photo jobs to
-//! the API the whole time (a 503 `busy` is retried after 20 ms), so its permit is never idle.
+//! the API the whole time (a 503 `busy` is retried after 50 ms), so its permit is never idle.
 //! Rounds alternate alone / loaded on the same worker, so drifts in machine speed fall on both.
 
 use std::net::SocketAddr;
@@ -62,7 +62,7 @@ fn clients(
                         }
                         503 => {
                             load.busy.fetch_add(1, Ordering::Relaxed);
-                            std::thread::sleep(Duration::from_millis(20));
+                            std::thread::sleep(Duration::from_millis(50));
                         }
                         s => panic!("API answered {s}: {}", String::from_utf8_lossy(&a.body)),
                     }
@@ -88,21 +88,30 @@ fn main() {
         "{cores} cores, {} photos, {per_round} Kafka requests a round, {rounds} rounds alone and {rounds} loaded, {n_clients} API clients",
         photos.len()
     );
-    // (name, Kafka pool): the documented split leaves the pool at its default.
-    let modes = [("split", None), ("oversubscribed", Some(cores.to_string()))];
-    for (name, pool) in modes {
+    // One reader for all modes: each round takes only the responses that are new.
+    let responses = stack.responses();
+    // (name, Kafka pool, API children's nice): the documented split leaves the pool at its
+    // default and the API's children at nice 10.
+    let pool = cores.to_string();
+    let modes = [
+        ("split", None, "10"),
+        ("split-nice0", None, "0"),
+        ("oversubscribed", Some(pool.as_str()), "10"),
+    ];
+    for (name, pool, nice) in modes {
         let api: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let mut env = stack.worker_env(&format!("bench-{name}"));
+        // One group for all modes: each worker starts where the last one committed.
+        let mut env = stack.worker_env("bench");
         env.insert("API_ADDR".into(), api.to_string());
         env.insert("API_MAX_CONCURRENT".into(), "1".into());
+        env.insert("API_NICE".into(), nice.into());
         env.insert("RUST_LOG".into(), "warn".into());
-        if let Some(p) = &pool {
-            env.insert("WORKER_POOL_SIZE".into(), p.clone());
+        if let Some(p) = pool {
+            env.insert("WORKER_POOL_SIZE".into(), p.into());
         }
-        let worker = Worker::start(&env);
+        let mut worker = Worker::start(&env);
         worker.wait_ready();
         let kafka_pool = worker.metric("media_worker_pool_size").unwrap();
-        let responses = stack.responses();
         let (mut alone, mut loaded) = (Vec::new(), Vec::new());
         let (mut api_done, mut api_busy, mut api_secs) = (0, 0, 0.0);
         for round in 0..2 * rounds {
@@ -136,9 +145,18 @@ fn main() {
             for th in threads {
                 th.join().unwrap();
             }
+            let prefix = format!("{name}-r{round}-k");
+            let theirs = |r: &common::Received| {
+                r.body
+                    .media_id
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with(&prefix))
+                    && !r.body.replayed
+                    && r.body.status != Status::Failed
+            };
             assert!(
-                got.iter().all(|r| r.body.status != Status::Failed),
-                "a Kafka job failed"
+                got.iter().all(theirs),
+                "a Kafka job failed, was replayed or is not this round's"
             );
             let rate = per_round as f64 / secs;
             if with_load {
@@ -157,9 +175,12 @@ fn main() {
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
         let (a, l) = (mean(&alone), mean(&loaded));
         println!(
-            "{name}: Kafka pool {kafka_pool}, API permits 1: Kafka alone {a:.2} images/s, under API load {l:.2} images/s ({:+.1} %); API {:.2} jobs/s, {api_busy} answered busy",
+            "{name}: Kafka pool {kafka_pool}, API permits 1 at nice {nice}: Kafka alone {a:.2} images/s, under API load {l:.2} images/s ({:+.1} %); API {:.2} jobs/s, {api_busy} answered busy",
             (l / a - 1.0) * 100.0,
             api_done as f64 / api_secs,
         );
+        // Committed before the next mode's worker joins the group.
+        worker.sigterm();
+        assert!(worker.wait_exit(Duration::from_secs(60)).success());
     }
 }

@@ -41,6 +41,7 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("API_MAX_CONCURRENT", "api.max_concurrent"),
     ("API_TOKENS_FILE", "api.tokens_file"),
     ("API_MAX_CONNECTIONS", "api.max_connections"),
+    ("API_NICE", "api.nice"),
     ("CLAMD_ADDR", "scan.clamd_addr"),
     ("CLAMD_TIMEOUT_SECS", "scan.timeout_secs"),
     ("OUTPUT_BUCKET", "storage.output_bucket"),
@@ -255,6 +256,9 @@ pub struct ApiSettings {
     pub max_connections: usize,
     /// `Retry-After` of a 503 (seconds).
     pub retry_after_secs: u64,
+    /// CPU priority of the API's sandbox children (0-19): under contention the Kafka pool's
+    /// children get the cores first.
+    pub nice: i32,
 }
 
 /// Malware scanning with clamd (see `scan`).
@@ -582,6 +586,9 @@ impl Settings {
                     format!("cannot read {}: {e}", path.display()),
                 );
             }
+        }
+        if !(0..=19).contains(&self.api.nice) {
+            return invalid("api.nice", "must be 0-19".into());
         }
         if self.api.max_connections == 0 || self.api.retry_after_secs == 0 {
             return invalid(

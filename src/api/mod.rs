@@ -30,7 +30,8 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
-use crate::job::{JobRunner, Services};
+use crate::job::{self, JobRunner, Services};
+use crate::sandbox::Executor;
 use crate::shutdown::Shutdown;
 use crate::telemetry::http::{self, Limits};
 
@@ -52,6 +53,8 @@ struct Api {
 pub struct Running {
     pub addr: SocketAddr,
     pub jobs: TaskTracker,
+    /// The API's sandbox children (killed and closed with the worker's).
+    pub media: Executor,
 }
 
 /// Starts the API on `api.addr` (which must be set). It stops taking requests when the worker
@@ -67,8 +70,11 @@ pub async fn serve(svc: Services, shutdown: Shutdown) -> anyhow::Result<Running>
         Some(path) => Some(Arc::new(Tokens::load(path)?)),
         None => None,
     };
+    // Children of its own, at a lower CPU priority: when the cores are contended (the pod's
+    // transfers, TLS, JSON besides the jobs), the Kafka pool's children get them first.
+    let media = job::executor(&settings, &svc.metrics, permits, settings.api.nice)?;
     let api = Api {
-        runner: JobRunner::with_permits(svc.clone(), shutdown.clone(), permits),
+        runner: JobRunner::with_permits(svc.clone(), shutdown.clone(), permits, media.clone()),
         admit: Arc::new(Semaphore::new(permits)),
         jobs: TaskTracker::new(),
         retry_after: HeaderValue::from(settings.api.retry_after_secs),
@@ -95,7 +101,7 @@ pub async fn serve(svc: Services, shutdown: Shutdown) -> anyhow::Result<Running>
     };
     let addr = http::serve_router(addr, app, limits, shutdown.drained()).await?;
     tracing::info!(%addr, permits, "job API listening");
-    Ok(Running { addr, jobs })
+    Ok(Running { addr, jobs, media })
 }
 
 /// The body of an answer that is not a job's response: `{"error": {"code", "message"}}`.

@@ -10,4 +10,4 @@ mod services;
 
 pub use response::{Failure, Partial};
 pub use runner::JobRunner;
-pub use services::{Services, services, worker_info};
+pub use services::{Services, executor, services, worker_info};

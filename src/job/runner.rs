@@ -44,16 +44,22 @@ impl JobRunner {
     pub fn new(svc: Services, shutdown: Shutdown) -> JobRunner {
         let size = svc.settings.pool_size();
         svc.metrics.pool_size.set(size as i64);
-        Self::with_permits(svc, shutdown, size)
+        let media = svc.media.clone();
+        Self::with_permits(svc, shutdown, size, media)
     }
 
-    /// A runner with permits of its own (the job API's, see `api`): its jobs never take the
-    /// Kafka pool's.
-    pub fn with_permits(svc: Services, shutdown: Shutdown, permits: usize) -> JobRunner {
+    /// A runner with permits and media executor of its own (the job API's, see `api`): its
+    /// jobs never take the Kafka pool's.
+    pub fn with_permits(
+        svc: Services,
+        shutdown: Shutdown,
+        permits: usize,
+        media: Executor,
+    ) -> JobRunner {
         JobRunner {
             pool: Arc::new(Semaphore::new(permits.max(1))),
             shutdown,
-            media: svc.media.clone(),
+            media,
             svc,
         }
     }

@@ -42,7 +42,13 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
         tracing::warn!(removed, dir = %settings.worker.tmp_dir.display(), "swept scratch dirs left by a previous run");
     }
     let metrics = Arc::new(Metrics::new());
-    let media = executor(&settings, &metrics)?;
+    // The Kafka pool's children (the job API starts its own, see `api`).
+    let kafka = if settings.kafka.intake {
+        settings.pool_size()
+    } else {
+        0
+    };
+    let media = executor(&settings, &metrics, kafka, 0)?;
     let health = Arc::new(Health::new(settings.worker.min_scratch_free_bytes));
     let scanner = match &settings.scan.clamd_addr {
         Some(addr) => Some(Arc::new(Scanner::new(
@@ -64,9 +70,15 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
     })
 }
 
-/// The media executor of `worker.isolation`: sandbox children started now (one per pool
-/// permit), or libvips started in this process for inline work. Needs a Tokio runtime.
-pub fn executor(settings: &Settings, metrics: &Metrics) -> anyhow::Result<Executor> {
+/// The media executor of `worker.isolation`: sandbox children (`slots` started now, at CPU
+/// priority `nice`), or libvips started in this process for inline work. Needs a Tokio
+/// runtime.
+pub fn executor(
+    settings: &Settings,
+    metrics: &Metrics,
+    slots: usize,
+    nice: i32,
+) -> anyhow::Result<Executor> {
     if settings.worker.isolation == Isolation::Inline {
         media::init(settings.worker.vips_threads);
         return Ok(Executor::Inline);
@@ -82,15 +94,17 @@ pub fn executor(settings: &Settings, metrics: &Metrics) -> anyhow::Result<Execut
         limits: sandbox::Limits {
             memory_bytes: memory_limit,
             file_bytes: settings.limits.max_output_file_bytes,
+            nice,
         },
         recycle_jobs: settings.worker.sandbox_recycle_jobs,
         recycle_rss_bytes: settings.worker.sandbox_recycle_rss_bytes,
         tmp_dir: settings.worker.tmp_dir.clone(),
         deaths: metrics.sandbox_deaths.clone(),
     });
-    pool.warm(settings.native_slots())?;
+    pool.warm(slots)?;
     tracing::info!(
-        children = settings.native_slots(),
+        children = slots,
+        nice,
         memory_limit = settings.media_memory_limit(),
         "media work runs in sandbox children"
     );

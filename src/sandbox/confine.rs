@@ -15,6 +15,8 @@ pub struct Limits {
     pub memory_bytes: u64,
     /// `RLIMIT_FSIZE`: the largest file it may write (writes beyond fail with EFBIG).
     pub file_bytes: u64,
+    /// CPU priority (`nice`, 0-19): the job API's children yield the cores to Kafka's.
+    pub nice: i32,
 }
 
 /// Open files a child may hold (libvips, OpenCV, an ffmpeg's pipes and outputs).
@@ -28,8 +30,11 @@ impl Limits {
         set(libc::RLIMIT_FSIZE, self.file_bytes)?;
         set(libc::RLIMIT_NOFILE, MAX_OPEN_FILES)?;
         set(libc::RLIMIT_CORE, 0)?;
-        // SAFETY: plain prctl calls on the calling process.
+        // SAFETY: plain setpriority and prctl calls on the calling process.
         unsafe {
+            if self.nice != 0 && libc::setpriority(libc::PRIO_PROCESS, 0, self.nice) != 0 {
+                return Err(io::Error::last_os_error());
+            }
             // setuid binaries and file capabilities cannot grant a decoder anything.
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());

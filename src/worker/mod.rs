@@ -132,7 +132,10 @@ pub async fn run(
     }
     tasks.close();
     // The API stopped taking requests at the drain; its running jobs count like the others.
-    let api_jobs = api.map(|a| a.jobs).unwrap_or_default();
+    let (api_jobs, api_media) = match api {
+        Some(a) => (a.jobs, Some(a.media)),
+        None => (TaskTracker::new(), None),
+    };
     api_jobs.close();
     // Keep a little of the budget for the final commit, leaving the group and flushing.
     let reserve = (settings.shutdown_timeout() / 5).min(Duration::from_secs(3));
@@ -151,13 +154,16 @@ pub async fn run(
         );
         shutdown.abandon();
         // Kill the sandboxes and any ffmpeg now, so that none outlives the worker.
-        let killed = svc.media.kill_all();
+        let killed = svc.media.kill_all() + api_media.as_ref().map_or(0, |m| m.kill_all());
         if killed > 0 {
             tracing::warn!(killed, "media processes killed");
         }
         Exit::Abandoned(left)
     };
     svc.media.close().await;
+    if let Some(m) = &api_media {
+        m.close().await;
+    }
     if let Some(Intake { source, ctx }) = intake {
         tokio::task::spawn_blocking(move || source.close()).await?;
         ctx.publisher.flush(

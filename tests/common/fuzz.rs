@@ -92,6 +92,7 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
         program: PathBuf::from(env!("CARGO_BIN_EXE_media-worker")),
         vips_threads: 1,
         limits: Limits {
+            nice: 0,
             memory_bytes: 1 << 30,
             file_bytes: 1 << 30,
         },
