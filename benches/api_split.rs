@@ -3,7 +3,7 @@
 //! pool the remaining cores) and, for contrast, oversubscribed (the Kafka pool all cores
 //! besides the API's permit).
 //!
-//!   cargo bench --bench api_split [-- --rounds 3 --requests 40 --clients 3]
+//!   cargo bench --bench api_split [-- --rounds 3 --requests 40 --clients 3 --modes split,...]
 //!
 //! Real parts as in the tests: the worker binary, tansu, s3s-fs. Each round produces
 //! `--requests` photo requests (new media ids, default profile) and times them from the first
@@ -98,7 +98,12 @@ fn main() {
         ("split-nice0", None, "0"),
         ("oversubscribed", Some(pool.as_str()), "10"),
     ];
-    for (name, pool, nice) in modes {
+    // `--modes a,b`: which, in that order (all by default).
+    let only = arg("--modes", "split,split-nice0,oversubscribed");
+    let chosen = only
+        .split(',')
+        .map(|m| *modes.iter().find(|(n, ..)| *n == m).expect("a known mode"));
+    for (name, pool, nice) in chosen {
         let api: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         // One group for all modes: each worker starts where the last one committed.
         let mut env = stack.worker_env("bench");

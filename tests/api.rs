@@ -81,6 +81,17 @@ fn error_code(a: &Answer) -> String {
         .to_owned()
 }
 
+/// The nice value of process `pid` (field 19 of `/proc/<pid>/stat`).
+fn nice_of(pid: i32) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(16)?
+        .parse()
+        .ok()
+}
+
 /// `format width height` of an image as Pillow reads it.
 fn pillow(path: &Path) -> String {
     let out = std::process::Command::new("/usr/bin/python3")
@@ -332,6 +343,8 @@ async fn transcode_answers_synchronously_and_a_gone_client_cancels_its_job() {
             .collect();
         under.into_iter().find(|p| cmdline(*p).contains("ffmpeg"))
     });
+    // The API's children (and their ffmpeg) yield the cores to Kafka's: nice 10.
+    assert_eq!(nice_of(ffmpeg), Some(10), "{}", cmdline(ffmpeg));
     let (a, _) = {
         let a = http::post(
             api,
