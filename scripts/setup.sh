@@ -7,8 +7,9 @@ set -euo pipefail
 APT_PACKAGES=(pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev opencv-data ffmpeg)
 # Tests read outputs back with independent tools: exiftool (metadata), Pillow (colours),
 # jsonschema (records against the published schemas) and Prometheus with promtool (rules); the
-# API tests scan with a real clamd (clamav-daemon; its signature updater is not used).
-if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(libimage-exiftool-perl python3-pil python3-jsonschema prometheus clamav-daemon); fi
+# API tests scan with a real clamd (clamav-daemon; its signature updater is not used); the
+# containment tests make a pixel bomb with the vips CLI (libvips-tools).
+if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(libimage-exiftool-perl python3-pil python3-jsonschema prometheus clamav-daemon libvips-tools); fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -235,7 +235,7 @@ async fn scan_route_streams_bodies_and_objects_to_clamd() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transcode_answers_synchronously_and_a_gone_client_cancels_its_job() {
     let stack = Stack::start(1).await;
-    let clamd = Clamd::start();
+    let mut clamd = Clamd::start();
     let dir = tempfile::tempdir().unwrap();
     let dead_broker = format!("127.0.0.1:{}", free_port());
     let (worker, api) = api_worker(
@@ -246,6 +246,7 @@ async fn transcode_answers_synchronously_and_a_gone_client_cancels_its_job() {
             ("KAFKA_INTAKE", "false"),
             ("KAFKA_BOOTSTRAP_SERVERS", &dead_broker),
             ("API_MAX_CONCURRENT", "1"),
+            ("MEDIA_WORKER_PROFILES__VARIANTS__SCAN", "true"),
         ],
     );
     let (status, ready) = worker.http_get("/health/ready").unwrap();
@@ -324,6 +325,19 @@ async fn transcode_answers_synchronously_and_a_gone_client_cancels_its_job() {
     assert_eq!(a.status, 413);
     let a = http::post(api, "/transcode", &[], req.to_string().as_bytes());
     assert_eq!(a.status, 401);
+    // A retryable failure: clamd down for a scanning profile → 503 with Retry-After.
+    clamd.stop();
+    let scanned =
+        serde_json::to_value(request("scanned", "sharp_Landscape_1.jpg").with_profile("variants"))
+            .unwrap();
+    let (a, r) = transcode(api, &scanned);
+    let e = r.error.unwrap();
+    assert_eq!(
+        (a.status, e.code, e.retryable),
+        (503, ErrorCode::ScanUnavailable, true)
+    );
+    assert_eq!(a.header("retry-after"), Some("5"));
+    clamd.restart();
 
     // A long video job holds the one slot: the next request is answered 503 at once.
     let video = synthetic_video(dir.path(), 20, 640, 360);

@@ -6,7 +6,9 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use media_worker::contract::{DeadLetter, OptimizeResponse, ScanVerdict, SourceRef, Status};
+use media_worker::contract::{
+    ApiError, DeadLetter, OptimizeResponse, ScanVerdict, SourceRef, Status,
+};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -63,6 +65,7 @@ fn the_documented_examples_match_the_schemas_and_the_types() {
         "dead-letter.v1.json",
         "scan-response.v1.json",
         "scan-request.v1.json",
+        "api-error.v1.json",
     ] {
         let records: Vec<String> = all
             .iter()
@@ -82,6 +85,9 @@ fn the_documented_examples_match_the_schemas_and_the_types() {
             assert_eq!(v.clean, v.signature.is_none());
         } else if schema == "scan-request.v1.json" {
             let _: SourceRef = serde_json::from_str(json).unwrap();
+        } else if schema == "api-error.v1.json" {
+            let e: ApiError = serde_json::from_str(json).unwrap();
+            assert!(media_worker::contract::API_ERROR_CODES.contains(&e.error.code.as_str()));
         } else {
             let r: OptimizeResponse = serde_json::from_str(json).unwrap();
             statuses.push(r.status);

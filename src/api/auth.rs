@@ -101,9 +101,9 @@ pub async fn require_token(
     } else {
         "an Authorization: Bearer token is required"
     };
-    let body = axum::Json(super::ApiError {
-        error: super::ApiErrorBody {
-            code: "unauthorized",
+    let body = axum::Json(crate::contract::ApiError {
+        error: crate::contract::ApiErrorBody {
+            code: "unauthorized".into(),
             message: message.into(),
         },
     });

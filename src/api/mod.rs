@@ -21,12 +21,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::contract::{API_ERROR_CODES, ApiError, ApiErrorBody};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
@@ -104,25 +104,15 @@ pub async fn serve(svc: Services, shutdown: Shutdown) -> anyhow::Result<Running>
     Ok(Running { addr, jobs, media })
 }
 
-/// The body of an answer that is not a job's response: `{"error": {"code", "message"}}`.
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct ApiError {
-    pub error: ApiErrorBody,
-}
-
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct ApiErrorBody {
-    /// `unauthorized`, `busy`, `too_large`, `bad_request`, `not_found`, `access_denied`,
-    /// `scan_unavailable`, `storage_unavailable`, `not_configured` or `internal`.
-    pub code: &'static str,
-    pub message: String,
-}
-
 impl Api {
     /// An error answer; 503s carry `Retry-After`.
     fn error(&self, status: StatusCode, code: &'static str, message: String) -> Response {
+        debug_assert!(API_ERROR_CODES.contains(&code));
         let body = axum::Json(ApiError {
-            error: ApiErrorBody { code, message },
+            error: ApiErrorBody {
+                code: code.to_owned(),
+                message,
+            },
         });
         self.with_retry_after(status, body.into_response())
     }

@@ -358,6 +358,34 @@ pub struct OptimizeResponse {
     pub metadata: Option<Metadata>,
 }
 
+/// The body of a job API answer that is not a job's response: a refused request (401, 503
+/// busy) and every `POST /scan` failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ApiError {
+    pub error: ApiErrorBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ApiErrorBody {
+    #[schemars(extend("enum" = API_ERROR_CODES))]
+    pub code: String,
+    pub message: String,
+}
+
+/// The codes of [`ApiErrorBody`].
+pub const API_ERROR_CODES: [&str; 10] = [
+    "unauthorized",
+    "busy",
+    "too_large",
+    "bad_request",
+    "not_found",
+    "access_denied",
+    "scan_unavailable",
+    "storage_unavailable",
+    "not_configured",
+    "internal",
+];
+
 /// A record of the dead-letter topic: a request whose response the broker rejected for good
 /// (too large, invalid, not authorised), with that response and the broker's error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -398,6 +426,7 @@ pub fn schemas() -> Vec<(&'static str, String)> {
     let dead_letter = "dead-letter.v1.json";
     let scan_request = "scan-request.v1.json";
     let scan_response = "scan-response.v1.json";
+    let api_error = "api-error.v1.json";
     vec![
         (
             request,
@@ -418,6 +447,10 @@ pub fn schemas() -> Vec<(&'static str, String)> {
         (
             scan_response,
             pretty(scan_response, schemars::schema_for!(ScanVerdict)),
+        ),
+        (
+            api_error,
+            pretty(api_error, schemars::schema_for!(ApiError)),
         ),
     ]
 }
