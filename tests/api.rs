@@ -13,6 +13,7 @@ use std::time::Duration;
 use common::http::{self, Answer};
 use common::*;
 use media_worker::contract::{ErrorCode, OptimizeResponse, Stage, Status};
+use media_worker::scan::Scanner;
 
 const MINUTE: Duration = Duration::from_secs(60);
 const TOKEN: &str = "s3cr3t-token-for-tests";
@@ -143,6 +144,22 @@ async fn scan_route_streams_bodies_and_objects_to_clamd() {
     // An object in S3, by reference.
     let eicar = dir.path().join("eicar.bin");
     std::fs::write(&eicar, EICAR).unwrap();
+    // The scanner itself over both transports clamd offers.
+    let metrics = std::sync::Arc::new(media_worker::telemetry::Metrics::new());
+    for addr in [clamd.addr(), clamd.unix_addr()] {
+        let scanner = Scanner::new(addr.parse().unwrap(), MINUTE, metrics.clone());
+        assert!(scanner.ping().await, "{addr}");
+        let v = scanner.scan_file(&eicar).await.unwrap();
+        assert_eq!(v.signature.as_deref(), Some(EICAR_SIGNATURE), "{addr}");
+        let v = scanner
+            .scan_file(&corpus("imageio_coffee.png"))
+            .await
+            .unwrap();
+        assert!(
+            v.clean && v.engine.starts_with("ClamAV 1.4"),
+            "{addr}: {v:?}"
+        );
+    }
     stack.upload_file("user-1/eicar.jpg", &eicar).await;
     let by_ref = |key: &str| {
         let body = serde_json::json!({"bucket": SOURCE_BUCKET, "key": key}).to_string();

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
+use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
 
 use crate::contract::ScanVerdict;
@@ -206,20 +207,7 @@ impl Scanner {
         &self,
         input: impl Stream<Item = std::io::Result<Bytes>>,
     ) -> std::io::Result<Vec<u8>> {
-        use clamav_client::tokio::{Socket, Tcp, scan_stream};
-        match &self.addr {
-            ClamdAddr::Tcp(a) => {
-                scan_stream(
-                    input,
-                    Tcp {
-                        host_address: a.as_str(),
-                    },
-                    Some(CHUNK),
-                )
-                .await
-            }
-            ClamdAddr::Unix(p) => scan_stream(input, Socket { socket_path: p }, Some(CHUNK)).await,
-        }
+        clamav_client::tokio::scan_stream(input, &self.addr, Some(CHUNK)).await
     }
 
     /// clamd's `VERSION` (`ClamAV 1.4.6/27440/Tue Nov 17 ...`), cached for [`ENGINE_TTL`];
@@ -230,20 +218,8 @@ impl Scanner {
                 return v.clone();
             }
         }
-        use clamav_client::tokio::{Socket, Tcp, get_version};
-        let raw = tokio::time::timeout(Duration::from_secs(5), async {
-            match &self.addr {
-                ClamdAddr::Tcp(a) => {
-                    get_version(Tcp {
-                        host_address: a.as_str(),
-                    })
-                    .await
-                }
-                ClamdAddr::Unix(p) => get_version(Socket { socket_path: p }).await,
-            }
-        })
-        .await;
-        match raw {
+        let raw = clamav_client::tokio::get_version(&self.addr);
+        match tokio::time::timeout(COMMAND_TIMEOUT, raw).await {
             Ok(Ok(raw)) => {
                 let v = String::from_utf8_lossy(&raw)
                     .trim_end_matches(['\0', '\n'])
@@ -257,19 +233,8 @@ impl Scanner {
 
     /// Whether clamd answers `PING` (sets `media_worker_clamd_up`).
     pub async fn ping(&self) -> bool {
-        use clamav_client::tokio::{Socket, Tcp, ping};
-        let r = tokio::time::timeout(Duration::from_secs(5), async {
-            match &self.addr {
-                ClamdAddr::Tcp(a) => {
-                    ping(Tcp {
-                        host_address: a.as_str(),
-                    })
-                    .await
-                }
-                ClamdAddr::Unix(p) => ping(Socket { socket_path: p }).await,
-            }
-        })
-        .await;
+        let pong = clamav_client::tokio::ping(&self.addr);
+        let r = tokio::time::timeout(COMMAND_TIMEOUT, pong).await;
         let up = matches!(r, Ok(Ok(ref pong)) if pong.starts_with(b"PONG"));
         self.set_up(up);
         up
@@ -292,6 +257,20 @@ impl Scanner {
 
 /// INSTREAM chunk size.
 const CHUNK: usize = 64 << 10;
+/// Limit for `PING` and `VERSION`.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `clamav-client` connects through this: one address type for both transports.
+impl clamav_client::tokio::TransportProtocol for &ClamdAddr {
+    type Stream = Either<tokio::net::TcpStream, tokio::net::UnixStream>;
+
+    async fn connect(&self) -> std::io::Result<Self::Stream> {
+        Ok(match self {
+            ClamdAddr::Tcp(a) => Either::Left(tokio::net::TcpStream::connect(a.as_str()).await?),
+            ClamdAddr::Unix(p) => Either::Right(tokio::net::UnixStream::connect(p).await?),
+        })
+    }
+}
 
 /// Pings clamd every `period` until `stop`, for `media_worker_clamd_up`; logs changes.
 pub async fn watch(scanner: Arc<Scanner>, period: Duration, stop: CancellationToken) {

@@ -29,8 +29,9 @@ impl Clamd {
         let port = free_port();
         let p = |name: &str| dir.path().join(name).display().to_string();
         let conf = format!(
-            "TCPSocket {port}\nTCPAddr 127.0.0.1\nForeground yes\nDatabaseDirectory {}\n\
-             LogFile {}\nPidFile {}\nUser root\nStreamMaxLength 600M\n",
+            "TCPSocket {port}\nTCPAddr 127.0.0.1\nLocalSocket {}\nForeground yes\n\
+             DatabaseDirectory {}\nLogFile {}\nPidFile {}\nUser root\nStreamMaxLength 600M\n",
+            p("clamd.sock"),
             db.display(),
             p("clamd.log"),
             p("clamd.pid"),
@@ -48,6 +49,11 @@ impl Clamd {
     /// `CLAMD_ADDR` for the worker.
     pub fn addr(&self) -> String {
         format!("tcp://127.0.0.1:{}", self.port)
+    }
+
+    /// The same clamd's unix socket, as `CLAMD_ADDR`.
+    pub fn unix_addr(&self) -> String {
+        format!("unix://{}", self.dir.path().join("clamd.sock").display())
     }
 
     /// (Re)starts clamd on the same port and waits until it listens.
