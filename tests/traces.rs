@@ -27,6 +27,7 @@ use tracing_subscriber::prelude::*;
 const GOOD_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const BAD_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 const PRODUCER_SPAN: &str = "00f067aa0ba902b7";
+const API_TRACE: &str = "5cf92f3577b34da6a3ce929d0e0e4799";
 
 fn attr(span: &SpanData, key: &str) -> Option<Value> {
     span.attributes
@@ -71,9 +72,13 @@ async fn a_job_is_one_span_tree_that_continues_the_producers_trace() {
     let cluster = MockCluster::new(1).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
+    let api: std::net::SocketAddr = format!("127.0.0.1:{}", common::free_port())
+        .parse()
+        .unwrap();
     let env = [
         ("KAFKA_BOOTSTRAP_SERVERS", cluster.bootstrap_servers()),
         ("HTTP_ADDR", "127.0.0.1:0".to_owned()),
+        ("API_ADDR", api.to_string()),
         ("TMP_DIR", tmp.path().join("scratch").display().to_string()),
         // Sandbox children are the worker binary (this process is the test binary).
         (
@@ -148,6 +153,27 @@ async fn a_job_is_one_span_tree_that_continues_the_producers_trace() {
         }
         (sent.len() == 2).then(|| sent.clone())
     });
+    // A job through the API: its server span continues the caller's traceparent.
+    let req = OptimizeRequest::new(
+        "req-api".into(),
+        "api".into(),
+        "u1",
+        "uploads",
+        "rails_racecar.jpg".into(),
+    );
+    let tp = format!("00-{API_TRACE}-{PRODUCER_SPAN}-01");
+    let a = tokio::task::block_in_place(|| {
+        common::wait_for("the API listening", Duration::from_secs(30), || {
+            std::net::TcpStream::connect(api).ok()
+        });
+        common::http::post(
+            api,
+            "/transcode",
+            &[("traceparent", &tp)],
+            &serde_json::to_vec(&req).unwrap(),
+        )
+    });
+    assert_eq!(a.status, 200);
     stop.drain();
     running.await.unwrap().unwrap();
     provider.force_flush().unwrap();
@@ -207,6 +233,18 @@ async fn a_job_is_one_span_tree_that_continues_the_producers_trace() {
         format!("00-{GOOD_TRACE}-{}-01", publish.span_context.span_id()),
         "the response's traceparent is the publish span"
     );
+
+    let by_api = tree(&spans, API_TRACE);
+    let server = &by_api["POST /transcode"];
+    assert_eq!(server.parent_span_id.to_string(), PRODUCER_SPAN);
+    assert_eq!(attr(server, "http.route"), Some("/transcode".into()));
+    assert_eq!(
+        attr(server, "http.response.status_code"),
+        Some(200i64.into())
+    );
+    assert_eq!(server.status, Status::Unset);
+    child_of(&by_api, "media.process_job_with_retry", "POST /transcode");
+    child_of(&by_api, "media.transform", "media.process_job");
 
     let bad = tree(&spans, BAD_TRACE);
     let root = &bad["media.process_event"];

@@ -7,13 +7,14 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
 
 use crate::contract::OptimizeResponse;
 use crate::job::response;
 use crate::stages::validate::{self, Invalid};
+use crate::telemetry::traces;
 
 use super::{Api, BodyError, read_body, status};
 
@@ -21,8 +22,29 @@ const ROUTE: &str = "/transcode";
 /// Counted for a job whose client went away (nginx's "client closed request").
 const CLIENT_CLOSED: u16 = 499;
 
-pub(super) async fn handle(State(api): State<Api>, body: Body) -> Response {
-    answer(&api, body, Instant::now()).await
+/// The request in a server span that continues the caller's W3C `traceparent`, like a Kafka
+/// message's `media.process_event`.
+pub(super) async fn handle(State(api): State<Api>, headers: HeaderMap, body: Body) -> Response {
+    let span = tracing::info_span!(
+        "POST /transcode",
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = "POST",
+        http.route = ROUTE,
+        http.response.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    );
+    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
+    traces::continue_trace(&span, traceparent);
+    let r = answer(&api, body, Instant::now())
+        .instrument(span.clone())
+        .await;
+    span.record("http.response.status_code", i64::from(r.status().as_u16()));
+    if r.status().is_server_error() || r.status().is_client_error() {
+        span.record("error.type", r.status().as_str());
+        span.record("otel.status_code", "ERROR");
+    }
+    r
 }
 
 async fn answer(api: &Api, body: Body, started: Instant) -> Response {
@@ -76,7 +98,8 @@ async fn answer(api: &Api, body: Body, started: Instant) -> Response {
         svc.registry.clone(),
         svc.metrics.clone(),
     );
-    let span = tracing::info_span!("api.transcode", request_id = %req.request_id, media_id = %req.media_id);
+    // The job continues the request's span, whatever becomes of the request.
+    let span = tracing::Span::current();
     let task = api.jobs.spawn(
         async move {
             let _permit = permit;

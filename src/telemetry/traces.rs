@@ -10,6 +10,9 @@
 //! └─ kafka.send_processing_result          (its context goes out as the response's traceparent)
 //! ```
 //!
+//! A `POST /transcode` of the job API is the same tree under a server span `POST /transcode`
+//! (continuing the request's `traceparent` header) instead of `media.process_event`.
+//!
 //! Spans are `tracing` spans bridged by `tracing-opentelemetry`; they are exported over
 //! OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set. Without it the provider still gives
 //! every span its ids, so the response's traceparent continues the producer's trace either way.
