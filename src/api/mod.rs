@@ -10,7 +10,8 @@
 //! (`API_MAX_CONCURRENT`); a request beyond them is answered 503 at once, never queued, and
 //! never takes a Kafka permit. Beside Kafka intake the API gets one permit and the Kafka pool
 //! defaults to the remaining cores (`Settings::pool_size`), so together they make one job per
-//! core.
+//! core. The API's sandbox children are its own, at `nice` 10 (`API_NICE`), so that when the
+//! cores are contended anyway (transfers, TLS, JSON) Kafka's children get them first.
 
 mod auth;
 mod scan;
@@ -21,7 +22,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::contract::{API_ERROR_CODES, ApiError, ApiErrorBody};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -30,12 +30,11 @@ use axum::routing::post;
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
+use crate::contract::{API_ERROR_CODES, ApiError, ApiErrorBody};
 use crate::job::{self, JobRunner, Services};
 use crate::sandbox::Executor;
 use crate::shutdown::Shutdown;
 use crate::telemetry::http::{self, Limits};
-
-pub use auth::Tokens;
 
 /// What the handlers share.
 #[derive(Clone)]
@@ -67,7 +66,7 @@ pub async fn serve(svc: Services, shutdown: Shutdown) -> anyhow::Result<Running>
         .ok_or_else(|| anyhow::anyhow!("api.addr is not set"))?;
     let permits = settings.api_concurrency();
     let tokens = match &settings.api.tokens_file {
-        Some(path) => Some(Arc::new(Tokens::load(path)?)),
+        Some(path) => Some(Arc::new(auth::Tokens::load(path)?)),
         None => None,
     };
     // Children of its own, at a lower CPU priority: when the cores are contended (the pod's
