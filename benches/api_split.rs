@@ -1,7 +1,7 @@
 //! Does the job API starve Kafka? Kafka throughput of one worker alone and under a saturating
-//! `POST /transcode` load, at the documented split (API on, `API_MAX_CONCURRENT` 1, the Kafka
-//! pool the remaining cores) and, for contrast, oversubscribed (the Kafka pool all cores
-//! besides the API's permit).
+//! `POST /transcode` load, at the documented split (`default`: the Kafka pool every core, one
+//! API permit on top at nice 10), with the API at nice 0 (`default-nice0`), and with a core
+//! reserved for the API instead (`reserved`: the Kafka pool cores - 1).
 //!
 //!   cargo bench --bench api_split [-- --rounds 3 --requests 40 --clients 3 --modes split,...]
 //!
@@ -91,15 +91,15 @@ fn main() {
     // One reader for all modes: each round takes only the responses that are new.
     let responses = stack.responses();
     // (name, Kafka pool, API children's nice): the documented split leaves the pool at its
-    // default and the API's children at nice 10.
-    let pool = cores.to_string();
+    // default (every core) and the API's children at nice 10.
+    let reserved = cores.saturating_sub(1).max(1).to_string();
     let modes = [
-        ("split", None, "10"),
-        ("split-nice0", None, "0"),
-        ("oversubscribed", Some(pool.as_str()), "10"),
+        ("default", None, "10"),
+        ("default-nice0", None, "0"),
+        ("reserved", Some(reserved.as_str()), "10"),
     ];
     // `--modes a,b`: which, in that order (all by default).
-    let only = arg("--modes", "split,split-nice0,oversubscribed");
+    let only = arg("--modes", "default,default-nice0,reserved");
     let chosen = only
         .split(',')
         .map(|m| *modes.iter().find(|(n, ..)| *n == m).expect("a known mode"));
