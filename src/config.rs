@@ -767,6 +767,7 @@ mod tests {
         match (key, value) {
             ("worker.isolation", _) => "inline".into(),
             ("http.addr", _) => "127.0.0.1:9999".into(),
+            ("api.nice", _) => "5".into(),
             ("kafka.properties", _) => "{socket_timeout_ms = 1000}".into(),
             (k, _) if k.ends_with("face_cascade") || k.ends_with("profile_cascade") => {
                 "/usr/share/opencv4/haarcascades/haarcascade_frontalface_default.xml".into()

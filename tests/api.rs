@@ -374,8 +374,8 @@ async fn transcode_answers_synchronously_and_a_gone_client_cancels_its_job() {
             .collect();
         under.into_iter().find(|p| cmdline(*p).contains("ffmpeg"))
     });
-    // The API's children (and their ffmpeg) yield the cores to Kafka's: nice 10.
-    assert_eq!(nice_of(ffmpeg), Some(10), "{}", cmdline(ffmpeg));
+    // The API's children (and their ffmpeg) yield the cores to Kafka's: nice 19.
+    assert_eq!(nice_of(ffmpeg), Some(19), "{}", cmdline(ffmpeg));
     let (a, _) = {
         let a = http::post(
             api,
