@@ -57,7 +57,7 @@ bench: setup-test
 	cargo bench --bench video -- --rounds 3
 	cargo bench --bench dispatch -- --messages 20000 --ids 50
 	cargo bench --bench dispatch -- --messages 20000 --ids 50 --broker tansu
-	cargo bench --bench api_split -- --rounds 3 --requests 40 --clients 3
+	cargo bench --bench api_split -- --rounds 5 --requests 40 --clients 3
 
 ## Mutation fuzzing through the sandboxed path: N seeded mutants of ../shared/corpus (bit flips,
 ## truncations, splices, inflated header dimensions); fails on an unanswered mutant, a worker

@@ -9,7 +9,8 @@
 //! `--requests` photo requests (new media ids, default profile) and times them from the first
 //! produce to the last response; "loaded" rounds run `--clients` threads posting photo jobs to
 //! the API the whole time (a 503 `busy` is retried after 50 ms), so its permit is never idle.
-//! Rounds alternate alone / loaded on the same worker, so drifts in machine speed fall on both.
+//! Rounds alternate alone / loaded on the same worker, starting and ending alone, so drifts in
+//! machine speed fall on both; each loaded round is compared with the alone rounds beside it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -85,8 +86,9 @@ fn main() {
         rt.block_on(stack.upload_corpus(p));
     }
     println!(
-        "{cores} cores, {} photos, {per_round} Kafka requests a round, {rounds} rounds alone and {rounds} loaded, {n_clients} API clients",
-        photos.len()
+        "{cores} cores, {} photos, {per_round} Kafka requests a round, {} rounds alone and {rounds} loaded, {n_clients} API clients",
+        photos.len(),
+        rounds + 1
     );
     // One reader for all modes: each round takes only the responses that are new.
     let responses = stack.responses();
@@ -120,7 +122,8 @@ fn main() {
         let kafka_pool = worker.metric("media_worker_pool_size").unwrap();
         let (mut alone, mut loaded) = (Vec::new(), Vec::new());
         let (mut api_done, mut api_busy, mut api_secs) = (0, 0, 0.0);
-        for round in 0..2 * rounds {
+        // alone, loaded, alone, ..., alone: every loaded round has an alone round on each side.
+        for round in 0..=2 * rounds {
             let with_load = round % 2 == 1;
             let (stop, load) = (Arc::new(AtomicBool::new(false)), Arc::new(Load::default()));
             let threads = if with_load {
@@ -180,9 +183,21 @@ fn main() {
         }
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
         let (a, l) = (mean(&alone), mean(&loaded));
+        // Each loaded round against the alone rounds beside it: the machine's drift (rounds
+        // alone differ by up to 10 % here) falls on both sides of each pair.
+        let mut paired: Vec<f64> = loaded
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let beside = &alone[i..(i + 2).min(alone.len())];
+                (l / mean(beside) - 1.0) * 100.0
+            })
+            .collect();
+        paired.sort_by(f64::total_cmp);
         println!(
-            "{name}: Kafka pool {kafka_pool}, API permits 1 at nice {nice}: Kafka alone {a:.2} images/s, under API load {l:.2} images/s ({:+.1} %); API {:.2} jobs/s, {api_busy} answered busy",
+            "{name}: Kafka pool {kafka_pool}, API permits 1 at nice {nice}: Kafka alone {a:.2} images/s, under API load {l:.2} images/s ({:+.1} % of the means, median of pairs {:+.1} %); API {:.2} jobs/s, {api_busy} answered busy",
             (l / a - 1.0) * 100.0,
+            paired[paired.len() / 2],
             api_done as f64 / api_secs,
         );
         // Committed before the next mode's worker joins the group.

@@ -248,10 +248,11 @@ async fn scan_route_streams_bodies_and_objects_to_clamd() {
 
 /// API-only (KAFKA_INTAKE=false, no broker at all): `POST /transcode` answers what Kafka would
 /// carry, with statuses per error class; the limit answers 503 at once; a client going away
-/// cancels its job (children reaped, scratch removed, the slot given back).
+/// cancels its job (children reaped, scratch removed, the slot given back); the store down is
+/// a 503, not a held request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transcode_answers_synchronously_and_a_gone_client_cancels_its_job() {
-    let stack = Stack::start(1).await;
+    let mut stack = Stack::start(1).await;
     let mut clamd = Clamd::start();
     let dir = tempfile::tempdir().unwrap();
     let dead_broker = format!("127.0.0.1:{}", free_port());
@@ -406,6 +407,18 @@ async fn transcode_answers_synchronously_and_a_gone_client_cancels_its_job() {
     // The slot is free again.
     let (a, _) = transcode(api, &req);
     assert_eq!(a.status, 200);
+
+    // The store down: answered 503 after the retries, not held until it is back (a Kafka
+    // message would be held, uncommitted; an API client retries, maybe on another pod).
+    stack.s3.stop();
+    let down = serde_json::to_value(request("s3-down", "sharp_Landscape_1.jpg")).unwrap();
+    let (a, r) = transcode(api, &down);
+    let e = r.error.unwrap();
+    assert_eq!(
+        (a.status, e.code, e.retryable),
+        (503, ErrorCode::StorageUnavailable, true)
+    );
+    assert_eq!(a.header("retry-after"), Some("5"));
 }
 
 /// `scan = true` in a profile of a config file: an infected upload fails `malware_detected`

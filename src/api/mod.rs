@@ -74,7 +74,7 @@ pub async fn serve(svc: Services, shutdown: Shutdown) -> anyhow::Result<Running>
     // transfers, TLS, JSON besides the jobs), the Kafka pool's children get them first.
     let media = job::executor(&settings, &svc.metrics, permits, settings.api.nice)?;
     let api = Api {
-        runner: JobRunner::with_permits(svc.clone(), shutdown.clone(), permits, media.clone()),
+        runner: JobRunner::for_api(svc.clone(), shutdown.clone(), permits, media.clone()),
         admit: Arc::new(Semaphore::new(permits)),
         jobs: TaskTracker::new(),
         retry_after: HeaderValue::from(settings.api.retry_after_secs),

@@ -32,6 +32,9 @@ pub struct JobRunner {
     shutdown: Shutdown,
     /// Where the native work runs.
     media: Executor,
+    /// Whether a job out of attempts while the pod is sick is held until it is well (Kafka:
+    /// the message waits, uncommitted) rather than answered (the API: its client retries).
+    hold_when_sick: bool,
 }
 
 impl JobRunner {
@@ -44,13 +47,18 @@ impl JobRunner {
     pub fn new(svc: Services, shutdown: Shutdown) -> JobRunner {
         let size = svc.settings.pool_size();
         svc.metrics.pool_size.set(size as i64);
-        let media = svc.media.clone();
-        Self::with_permits(svc, shutdown, size, media)
+        JobRunner {
+            pool: Arc::new(Semaphore::new(size)),
+            shutdown,
+            media: svc.media.clone(),
+            svc,
+            hold_when_sick: true,
+        }
     }
 
-    /// A runner with permits and media executor of its own (the job API's, see `api`): its
-    /// jobs never take the Kafka pool's.
-    pub fn with_permits(
+    /// The job API's runner: permits and media executor of its own (its jobs never take the
+    /// Kafka pool's), and a job is answered rather than held while the pod is sick.
+    pub fn for_api(
         svc: Services,
         shutdown: Shutdown,
         permits: usize,
@@ -61,6 +69,7 @@ impl JobRunner {
             shutdown,
             media,
             svc,
+            hold_when_sick: false,
         }
     }
 
@@ -162,18 +171,25 @@ impl JobRunner {
                     tracing::warn!(job = job.id(), attempt, stage = failure.stage.as_str(),
                         error = %failure.error, "transient failure, will retry");
                     job.phase(Phase::Backoff);
-                    tokio::time::sleep(retry::backoff(
+                    let wait = retry::backoff(
                         tries,
                         Duration::from_millis(settings.worker.retry_base_ms),
                         Duration::from_millis(settings.worker.retry_max_ms),
-                    ))
-                    .await;
+                    );
+                    // A cancelled job's next attempt ends at once (and is not retried).
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = cancel.cancelled() => {}
+                    }
                 }
                 Err((failure, partial)) => {
                     // Out of attempts for a fault of this pod or a dependency: while the pod is
                     // sick, hold the job (unanswered, uncommitted) until it is well, then start
                     // over. At shutdown it is abandoned and redelivered elsewhere.
-                    if failure.error.is_transient() && self.hold_while_sick(job, &failure).await {
+                    if failure.error.is_transient()
+                        && self.hold_when_sick
+                        && self.hold_while_sick(job, &failure).await
+                    {
                         tries = 0;
                         continue;
                     }
