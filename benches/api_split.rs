@@ -1,7 +1,7 @@
 //! Does the job API starve Kafka? Kafka throughput of one worker alone and under a saturating
-//! `POST /transcode` load, at the documented split (`default`: the Kafka pool every core, one
-//! API permit on top at nice 19), with the API at nice 0 and 10, and with a core
-//! reserved for the API instead (`reserved`: the Kafka pool cores - 1).
+//! `POST /transcode` load, at the documented split (`default`: one API permit, the Kafka pool
+//! the other cores), and with the Kafka pool on every core and the API's permit on top at nice
+//! 19 (`shared`, the API's default priority) or nice 0 (`shared-nice0`).
 //!
 //!   cargo bench --bench api_split [-- --rounds 3 --requests 40 --clients 3 --modes split,...]
 //!
@@ -92,17 +92,16 @@ fn main() {
     );
     // One reader for all modes: each round takes only the responses that are new.
     let responses = stack.responses();
-    // (name, Kafka pool, API children's nice): the documented split leaves the pool at its
-    // default (every core) and the API's children at nice 19.
-    let reserved = cores.saturating_sub(1).max(1).to_string();
+    // (name, Kafka pool, API children's nice): the documented split leaves both at their
+    // defaults (cores - 1, and 19).
+    let every = cores.to_string();
     let modes = [
         ("default", None, "19"),
-        ("default-nice0", None, "0"),
-        ("default-nice10", None, "10"),
-        ("reserved", Some(reserved.as_str()), "19"),
+        ("shared", Some(every.as_str()), "19"),
+        ("shared-nice0", Some(every.as_str()), "0"),
     ];
     // `--modes a,b`: which, in that order (all by default).
-    let only = arg("--modes", "default,default-nice10,default-nice0,reserved");
+    let only = arg("--modes", "default,shared,shared-nice0");
     let chosen = only
         .split(',')
         .map(|m| *modes.iter().find(|(n, ..)| *n == m).expect("a known mode"));

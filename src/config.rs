@@ -618,13 +618,13 @@ impl Settings {
     }
 
     /// Concurrent Kafka jobs: `worker.pool_size`, or the cores available to this process (std
-    /// reads the cgroup CPU quota, so a pod limited to 2 CPUs gets 2). The API's permits
-    /// ([`Settings::api_concurrency`]) come on top, at a lower CPU priority (`api.nice`).
+    /// reads the cgroup CPU quota, so a pod limited to 2 CPUs gets 2) less the API's permits
+    /// ([`Settings::api_concurrency`]), at least 1: a core per job, whoever asked for it.
     pub fn pool_size(&self) -> usize {
         if self.worker.pool_size > 0 {
             self.worker.pool_size
         } else {
-            cores()
+            cores().saturating_sub(self.api_concurrency()).max(1)
         }
     }
 
@@ -885,7 +885,11 @@ mod tests {
         };
         let s = on(&[]).unwrap();
         assert_eq!(s.api_concurrency(), 1);
-        assert_eq!(s.pool_size(), cores, "Kafka keeps every core");
+        assert_eq!(
+            s.pool_size(),
+            cores.saturating_sub(1).max(1),
+            "a core for the API"
+        );
         assert_eq!(s.native_slots(), s.pool_size() + 1);
         let s = on(&[("KAFKA_INTAKE", "false")]).unwrap();
         assert_eq!((s.api_concurrency(), s.native_slots()), (cores, cores));

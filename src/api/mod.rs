@@ -8,11 +8,11 @@
 //!
 //! Sharing the cores: API jobs run on a [`JobRunner`] with permits and sandbox children of
 //! their own (`API_MAX_CONCURRENT`, default 1 beside Kafka intake); a request beyond them is
-//! answered 503 at once, never queued, and never takes a Kafka permit. The Kafka pool keeps
-//! every core; the API's children run at `nice` 19 (`API_NICE`), so they get what Kafka's
-//! leave: an idle core when Kafka is idle, a small share when it is busy (`make bench`:
-//! Kafka within 4-6 % of its throughput alone under a saturating API load, against 13 % at
-//! nice 0).
+//! answered 503 at once, never queued, and never takes a Kafka permit. Beside intake the Kafka
+//! pool defaults to the remaining cores (`Settings::pool_size`): one job per core, whoever
+//! asked. The API's children run at `nice` 19 (`API_NICE`), so that where an operator gives
+//! Kafka every core anyway, the API gets what Kafka leaves (docs/operations.md has the
+//! figures of both).
 
 mod auth;
 mod scan;
