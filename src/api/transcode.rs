@@ -14,7 +14,7 @@ use tracing::Instrument;
 use crate::contract::OptimizeResponse;
 use crate::job::response;
 use crate::stages::validate::{self, Invalid};
-use crate::telemetry::traces;
+use crate::telemetry::{self, Origin, traces};
 
 use super::{Api, BodyError, read_body, status};
 
@@ -128,19 +128,8 @@ async fn answer(api: &Api, body: Body, started: Instant) -> Response {
     };
     guard.disarm();
     let status = status::of_response(&r);
-    tracing::info!(
-        route = ROUTE,
-        request_id = r.request_id.as_deref().unwrap_or(""),
-        media_id = r.media_id.as_deref().unwrap_or(""),
-        http_status = status.as_u16(),
-        status = r.status.as_str(),
-        error_code = r.error.as_ref().map_or("", |e| e.code.as_str()),
-        attempts = r.attempts,
-        outputs = r.outputs.len(),
-        replayed = r.replayed,
-        duration_ms = r.duration_ms,
-        "job finished"
-    );
+    let http_status = status.as_u16();
+    telemetry::job_finished(&r, Origin::Api { http_status });
     json(api, status, &r)
 }
 

@@ -76,6 +76,35 @@ impl Visit for Fields<'_> {
     }
 }
 
+/// Where a finished job's request came from, for its log line.
+pub enum Origin {
+    Kafka { partition: i32, offset: i64 },
+    Api { http_status: u16 },
+}
+
+/// The one log line per job outcome (`"job finished"`), whichever way the request came.
+pub fn job_finished(r: &crate::contract::OptimizeResponse, origin: Origin) {
+    let (partition, offset, http_status) = match origin {
+        Origin::Kafka { partition, offset } => (Some(partition), Some(offset), None),
+        Origin::Api { http_status } => (None, None, Some(http_status)),
+    };
+    tracing::info!(
+        request_id = r.request_id.as_deref().unwrap_or(""),
+        media_id = r.media_id.as_deref().unwrap_or(""),
+        partition,
+        offset,
+        http_status,
+        status = r.status.as_str(),
+        error_code = r.error.as_ref().map_or("", |e| e.code.as_str()),
+        stage = r.error.as_ref().map_or("", |e| e.stage.as_str()),
+        attempts = r.attempts,
+        outputs = r.outputs.len(),
+        replayed = r.replayed,
+        duration_ms = r.duration_ms,
+        "job finished"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;

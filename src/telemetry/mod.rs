@@ -9,6 +9,7 @@ pub mod registry;
 pub mod traces;
 
 pub use health::Health;
+pub use logs::{Origin, job_finished};
 pub use metrics::Metrics;
 pub use registry::{JobHandle, Registry};
 

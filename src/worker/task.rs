@@ -11,7 +11,7 @@ use crate::job::{JobRunner, response};
 use crate::kafka::{Acker, Delivery, Publisher};
 use crate::shutdown::Shutdown;
 use crate::stages::{publish, validate};
-use crate::telemetry::traces;
+use crate::telemetry::{self, Origin, traces};
 
 /// Everything a message task needs.
 pub(super) struct Ctx {
@@ -67,7 +67,13 @@ async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
         }
     };
     svc.metrics.observe_response(&response, started.elapsed());
-    log_outcome(&response, &d);
+    telemetry::job_finished(
+        &response,
+        Origin::Kafka {
+            partition: d.partition,
+            offset: d.offset,
+        },
+    );
     record_in_span(&span, &response);
     if let Some(job) = &job {
         job.stage(Stage::Publish);
@@ -92,22 +98,4 @@ fn record_in_span(span: &tracing::Span, r: &OptimizeResponse) {
         span.record("error.type", e.code.as_str());
         span.record("otel.status_code", "ERROR");
     }
-}
-
-/// The one log line per job outcome.
-fn log_outcome(r: &OptimizeResponse, d: &Delivery) {
-    tracing::info!(
-        request_id = r.request_id.as_deref().unwrap_or(""),
-        media_id = r.media_id.as_deref().unwrap_or(""),
-        partition = d.partition,
-        offset = d.offset,
-        status = r.status.as_str(),
-        error_code = r.error.as_ref().map_or("", |e| e.code.as_str()),
-        stage = r.error.as_ref().map_or("", |e| e.stage.as_str()),
-        attempts = r.attempts,
-        outputs = r.outputs.len(),
-        replayed = r.replayed,
-        duration_ms = r.duration_ms,
-        "job finished"
-    );
 }
