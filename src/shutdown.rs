@@ -67,6 +67,10 @@ impl Shutdown {
         self.drain.clone()
     }
 
+    pub fn is_abandoned(&self) -> bool {
+        self.abandon.is_cancelled()
+    }
+
     pub fn is_draining(&self) -> bool {
         self.drain.is_cancelled()
     }

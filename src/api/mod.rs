@@ -46,6 +46,7 @@ struct Api {
     admit: Arc<Semaphore>,
     /// The jobs' tasks (they outlive a client that went away until their work is stopped).
     jobs: TaskTracker,
+    shutdown: Shutdown,
     retry_after: HeaderValue,
 }
 
@@ -77,6 +78,7 @@ pub async fn serve(svc: Services, shutdown: Shutdown) -> anyhow::Result<Running>
         runner: JobRunner::for_api(svc.clone(), shutdown.clone(), permits, media.clone()),
         admit: Arc::new(Semaphore::new(permits)),
         jobs: TaskTracker::new(),
+        shutdown: shutdown.clone(),
         retry_after: HeaderValue::from(settings.api.retry_after_secs),
         svc,
     };

@@ -93,10 +93,11 @@ async fn answer(api: &Api, body: Body, started: Instant) -> Response {
     // the slot given back.
     let cancel = api.runner.cancel_token();
     let guard = cancel.clone().drop_guard();
-    let (runner, registry, metrics) = (
+    let (runner, registry, metrics, shutdown) = (
         api.runner.clone(),
         svc.registry.clone(),
         svc.metrics.clone(),
+        api.shutdown.clone(),
     );
     // The job continues the request's span, whatever becomes of the request.
     let span = tracing::Span::current();
@@ -105,7 +106,8 @@ async fn answer(api: &Api, body: Body, started: Instant) -> Response {
             let _permit = permit;
             let job = registry.start(&req.request_id, &req.media_id);
             let r = runner.run_until(&req, &job, cancel.clone()).await;
-            if cancel.is_cancelled() {
+            // Cancelled, and not by the shutdown's abandon: the client went away.
+            if cancel.is_cancelled() && !shutdown.is_abandoned() {
                 tracing::info!(route = ROUTE, "client went away: job cancelled");
                 metrics
                     .api_requests
