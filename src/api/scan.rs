@@ -91,15 +91,12 @@ async fn scan_object(api: &Api, scanner: &Scanner, body: Body) -> Result<ScanVer
     let job = svc.registry.start("scan", "scan");
     let scratch = ScratchDir::create(&svc.settings.worker.tmp_dir, job.id())
         .map_err(|e| storage_refusal(StorageError::Scratch(e.to_string())))?;
-    let max = svc.settings.limits.max_input_bytes;
+    let (path, max) = (scratch.source(), svc.settings.limits.max_input_bytes);
     svc.storage
-        .download(&src, &scratch.source(), max)
+        .download(&src, &path, max)
         .await
         .map_err(storage_refusal)?;
-    scanner
-        .scan_file(&scratch.source())
-        .await
-        .map_err(scan_refusal)
+    scanner.scan_file(&path).await.map_err(scan_refusal)
 }
 
 fn scan_refusal(e: ScanError) -> Refusal {

@@ -73,17 +73,6 @@ impl JobRunner {
         }
     }
 
-    /// Kills every job's native work now (after `Shutdown::abandon`, so that no child outlives
-    /// the worker); returns how many processes.
-    pub fn kill_native(&self) -> usize {
-        self.media.kill_all()
-    }
-
-    /// Stops the idle sandbox children (at exit, once no job runs).
-    pub async fn close(&self) {
-        self.media.close().await;
-    }
-
     pub fn services(&self) -> &Services {
         &self.svc
     }

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -274,7 +274,7 @@ impl clamav_client::tokio::TransportProtocol for &ClamdAddr {
 
 /// Pings clamd every `period` until `stop`, for `media_worker_clamd_up`; logs changes.
 pub async fn watch(scanner: Arc<Scanner>, period: Duration, stop: CancellationToken) {
-    let was_up = AtomicBool::new(true);
+    let mut was_up = true;
     let mut every = tokio::time::interval(period);
     loop {
         tokio::select! {
@@ -282,7 +282,7 @@ pub async fn watch(scanner: Arc<Scanner>, period: Duration, stop: CancellationTo
             _ = every.tick() => {}
         }
         let up = scanner.ping().await;
-        if was_up.swap(up, Ordering::Relaxed) != up {
+        if std::mem::replace(&mut was_up, up) != up {
             if up {
                 tracing::info!(clamd = %scanner.addr_text(), "clamd answers again");
             } else {
