@@ -659,6 +659,7 @@ impl Settings {
             video: self.video.clone(),
             ffmpeg_threads: self.ffmpeg_threads(),
             hint,
+            resume: Vec::new(),
         }
     }
 

@@ -18,6 +18,9 @@ pub struct MediaJob {
     pub ffmpeg_threads: usize,
     /// The producer's hint; the type is always detected from the bytes.
     pub hint: Option<MediaType>,
+    /// Heights of the video rungs an earlier attempt already uploaded: not made again.
+    #[serde(default)]
+    pub resume: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ pub mod poster;
 pub mod transcode;
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -53,47 +53,68 @@ fn run(
     let probe = ffprobe::run(&job.video, input, container, &log, &ctl.cancel)
         .and_then(|p| ffprobe::check(&p, &job.limits).map(|_| p))
         .map_err(at(Stage::Probe))?;
-    let rungs = transcode::plan(&job.profile.renditions, &probe);
-    let per_run = transcode::time_limit(&job.video, &probe, job.limits.max_video_seconds);
-    // Every rung, plus the same again for the poster's frames and image outputs.
-    ctl.emit(Event::TimeLimit(per_run * (rungs.len() as u32 + 1)));
+    // The rungs an earlier attempt uploaded are not made again (the caller adds their outputs).
+    let rungs: Vec<(Rendition, PathBuf)> = transcode::plan(&job.profile.renditions, &probe)
+        .into_iter()
+        .filter(|r| !job.resume.contains(&r.height))
+        .map(|r| (r, out_dir.join(rendition_name(r.height))))
+        .collect();
+    let frames: Vec<(Duration, PathBuf)> = if job.profile.poster {
+        poster::candidate_times(probe.duration, job.video.poster_candidates)
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| (t, work.join(format!("frame-{i}.png"))))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // One run, as long as one run per rung took, plus as much again for the poster.
+    let per_rung = transcode::time_limit(&job.video, &probe, job.limits.max_video_seconds);
+    let run_limit = per_rung * (rungs.len() as u32).max(1);
+    ctl.emit(Event::TimeLimit(run_limit + per_rung));
 
+    ctl.emit(Event::Stage(Stage::Transform));
+    let mut files = Vec::new();
     let mut warnings = Vec::new();
     let poster_failed = |message: String| Warning {
         code: "poster_failed".into(),
         message,
     };
-    let mut chosen = None;
-    if job.profile.poster {
-        ctl.emit(Event::Stage(Stage::Analyze));
-        match unwind(|| poster::choose(job, &probe, input, work, &ctl.cancel)) {
-            Ok(p) => chosen = Some(p),
-            Err(e) => warnings.push(poster_failed(e)),
+    if !rungs.is_empty() || !frames.is_empty() {
+        let outputs = transcode::Outputs {
+            rungs: &rungs,
+            frames: &frames,
+        };
+        match encode(job, &probe, input, &outputs, run_limit, work, ctl) {
+            Ok(written) => {
+                for (r, path) in &rungs {
+                    files.push(rendition(&probe, r.height, path, written)?);
+                }
+            }
+            // Without renditions to make, a failure costs the poster only.
+            Err(e) if rungs.is_empty() => warnings.push(poster_failed(e.error.to_string())),
+            Err(e) => return Err(e),
         }
     }
 
-    ctl.emit(Event::Stage(Stage::Transform));
-    let mut files = Vec::new();
-    for (i, rung) in rungs.iter().enumerate() {
-        let share = (i as f64 / rungs.len() as f64, 1.0 / rungs.len() as f64);
-        let rung = Rung {
-            rendition: *rung,
-            time_limit: per_run,
-            progress_share: share,
-        };
-        files.push(transcode_rung(
-            job, &probe, &rung, input, out_dir, work, ctl,
-        )?);
-    }
-
-    let poster_time = chosen.as_ref().map(|p| p.time);
-    if let Some(p) = chosen {
-        match poster_outputs(job, &p.path, out_dir, ctl) {
+    let mut poster_time = None;
+    if job.profile.poster && warnings.is_empty() {
+        ctl.emit(Event::Stage(Stage::Analyze));
+        let chosen = unwind(|| poster::choose(job, &frames));
+        ctl.emit(Event::Stage(Stage::Transform));
+        let outputs = chosen.and_then(|p| {
+            poster_time = Some(p.time);
+            poster_outputs(job, &p.path, out_dir, ctl)
+        });
+        match outputs {
             Ok((outputs, mut more)) => {
                 files.extend(outputs);
                 warnings.append(&mut more);
             }
-            Err(e) => warnings.push(poster_failed(e)),
+            Err(e) => {
+                poster_time = None;
+                warnings.push(poster_failed(e));
+            }
         }
     }
     Ok(MediaOutput {
@@ -117,58 +138,50 @@ fn run(
     })
 }
 
-/// One rung to run.
-pub struct Rung {
-    pub rendition: Rendition,
-    pub time_limit: Duration,
-    /// (start, width) of this rung in the job's progress, as fractions.
-    pub progress_share: (f64, f64),
+/// A rendition's name, also the last part of its key: `mp4/{height}p.mp4`.
+pub fn rendition_name(height: u32) -> String {
+    format!("mp4/{height}p.mp4")
 }
 
-/// One ffmpeg run: `mp4/{height}p.mp4` in `out_dir`, with progress reports.
-pub fn transcode_rung(
+/// The one ffmpeg run writing `outputs`, with progress reports; how much media time it wrote.
+pub fn encode(
     job: &MediaJob,
     probe: &VideoProbe,
-    rung: &Rung,
     input: &Path,
-    out_dir: &Path,
+    outputs: &transcode::Outputs,
+    limit: Duration,
     work: &Path,
     ctl: &mut Control,
-) -> Result<ProducedFile, MediaFailure> {
-    let height = rung.rendition.height;
-    let name = format!("mp4/{height}p.mp4");
-    let out = out_dir.join(&name);
-    std::fs::create_dir_all(out.parent().expect("has a parent"))
-        .map_err(|e| at(Stage::Transform)(e.into()))?;
-    let args = transcode::args(
-        &job.video,
-        job.ffmpeg_threads,
-        probe,
-        &rung.rendition,
-        input,
-        &out,
-    );
+) -> Result<Duration, MediaFailure> {
+    for (_, out) in outputs.rungs {
+        std::fs::create_dir_all(out.parent().expect("has a parent"))
+            .map_err(|e| at(Stage::Transform)(e.into()))?;
+    }
+    let args = transcode::args(&job.video, job.ffmpeg_threads, probe, input, outputs);
     let mut cmd = Command::new(&job.video.ffmpeg);
     cmd.args(args).current_dir(work);
-    let log = work.join(format!("{height}p.log"));
-    let (start, width) = rung.progress_share;
+    let log = work.join("ffmpeg.log");
+    // Media time per rendition: a run writing two rungs encodes twice the media time.
+    let renditions = outputs.rungs.len() as u32;
     let mut written = Duration::ZERO;
     let cancel = ctl.cancel.clone();
-    child::run(cmd, &log, rung.time_limit, &cancel, &mut |line| {
+    child::run(cmd, &log, limit, &cancel, &mut |line| {
         let Some(t) = transcode::progress_time(line) else {
             return;
         };
         if t > written {
-            ctl.emit(Event::Encoded(t - written));
+            if renditions > 0 {
+                ctl.emit(Event::Encoded((t - written) * renditions));
+            }
             written = t;
         }
         if let Some(d) = probe.duration {
             let part = (t.as_secs_f64() / d.as_secs_f64()).min(1.0);
-            ctl.emit(Event::Progress((start + part * width) as f32));
+            ctl.emit(Event::Progress(part as f32));
         }
     })
     .map_err(|e| at(Stage::Transform)(ffmpeg_error(e)))?;
-    rendition(probe, height, &name, &out, written)
+    Ok(written)
 }
 
 /// A finished rendition. Its size follows from the scale filter and its duration from
@@ -177,7 +190,6 @@ pub fn transcode_rung(
 fn rendition(
     source: &VideoProbe,
     short_side: u32,
-    name: &str,
     path: &Path,
     written: Duration,
 ) -> Result<ProducedFile, MediaFailure> {
@@ -194,7 +206,7 @@ fn rendition(
     let size_bytes = std::fs::metadata(path).map_err(|e| fail(e.into()))?.len();
     let (width, height) = transcode::output_size(source, short_side);
     Ok(ProducedFile {
-        name: name.to_owned(),
+        name: rendition_name(short_side),
         path: path.to_owned(),
         role: Role::Rendition,
         format: FileFormat::Mp4,

@@ -1,8 +1,10 @@
-//! Stage 5 for video: the rendition ladder, each rung one ffmpeg run (H.264 + AAC, yuv420p,
-//! `+faststart`), upright, never upscaled, HDR tone-mapped to SDR.
+//! Stage 5 for video: the rendition ladder in one ffmpeg run. The source is decoded once and
+//! split into one branch per rung (H.264 + AAC, yuv420p, `+faststart`, each with its own
+//! encoder settings), upright, never upscaled, HDR tone-mapped to SDR once; the poster
+//! candidates are more branches of the same graph (one frame each, see `poster`).
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::ffprobe::VideoProbe;
@@ -38,19 +40,8 @@ fn even(x: u32) -> u32 {
     (x & !1).max(2)
 }
 
-/// The filters after ffmpeg's own autorotation (which also drops the rotation tag): scale to
-/// the rung, then to 8-bit yuv420p, tone-mapping PQ/HLG to BT.709 on the way.
-pub fn video_filter(probe: &VideoProbe, short_side: u32) -> String {
-    let scale = if probe.width >= probe.height {
-        format!("scale=-2:{short_side}")
-    } else {
-        format!("scale={short_side}:-2")
-    };
-    format!("{scale},{}", to_sdr(probe))
-}
-
-/// The frame size `video_filter` gives: the short side as asked, the other side rounded to
-/// the nearest even number as ffmpeg's `scale=-2` does (`av_rescale`, round half up).
+/// The frame size of a rung: the short side as asked, the other side rounded to the nearest
+/// even number as ffmpeg's `scale=-2` does (`av_rescale`, round half up).
 pub fn output_size(probe: &VideoProbe, short_side: u32) -> (u32, u32) {
     let (w, h) = (probe.width as u64, probe.height as u64);
     let s = short_side as u64;
@@ -72,58 +63,98 @@ pub fn to_sdr(probe: &VideoProbe) -> &'static str {
     }
 }
 
-/// ffmpeg's arguments for one rung, progress reports on stdout.
+/// What one ffmpeg run writes: renditions (tallest first) and poster candidate frames.
+pub struct Outputs<'a> {
+    pub rungs: &'a [(Rendition, PathBuf)],
+    /// One frame at (the first frame from) each time, upright, SDR, as RGB PNG.
+    pub frames: &'a [(Duration, PathBuf)],
+}
+
+/// The filter graph of a run: the source split once into a branch per rung (`[v0]`, ...) and
+/// per candidate frame (`[c0]`, ...). SDR rungs are each scaled from the source; HDR is
+/// tone-mapped once, at the tallest rung's size, and the other rungs scaled from that.
+pub fn filter_graph(probe: &VideoProbe, rungs: &[Rendition], frames: &[Duration]) -> String {
+    let size = |r: &Rendition| output_size(probe, r.height);
+    let mut heads = Vec::new();
+    let mut chains = Vec::new();
+    if probe.hdr && !rungs.is_empty() {
+        heads.push("[t]".to_owned());
+        let (w, h) = size(&rungs[0]);
+        let splits: String = (0..rungs.len()).map(|i| format!("[s{i}]")).collect();
+        chains.push(format!(
+            "[t]scale={w}:{h},{},split={}{splits}",
+            to_sdr(probe),
+            rungs.len()
+        ));
+        for (i, r) in rungs.iter().enumerate() {
+            let (w, h) = size(r);
+            let scale = if i == 0 { "null".to_owned() } else { format!("scale={w}:{h},format=yuv420p") };
+            chains.push(format!("[s{i}]{scale}[v{i}]"));
+        }
+    } else {
+        for (i, r) in rungs.iter().enumerate() {
+            let (w, h) = size(r);
+            heads.push(format!("[s{i}]"));
+            chains.push(format!("[s{i}]scale={w}:{h},{}[v{i}]", to_sdr(probe)));
+        }
+    }
+    for (i, t) in frames.iter().enumerate() {
+        heads.push(format!("[f{i}]"));
+        chains.push(format!(
+            "[f{i}]trim=start={:.3},select=eq(n\\,0),{},format=rgb24[c{i}]",
+            t.as_secs_f64(),
+            to_sdr(probe)
+        ));
+    }
+    let split = format!("[0:v:0]split={}{}", heads.len(), heads.concat());
+    std::iter::once(split).chain(chains).collect::<Vec<_>>().join(";")
+}
+
+/// ffmpeg's arguments for one run writing `outputs`, progress reports on stdout.
 pub fn args(
     settings: &VideoSettings,
     threads: usize,
     probe: &VideoProbe,
-    rung: &Rendition,
     input: &Path,
-    output: &Path,
+    outputs: &Outputs,
 ) -> Vec<OsString> {
-    let (threads, crf) = (threads.to_string(), rung.crf.to_string());
-    let (vf, bitrate) = (
-        video_filter(probe, rung.height),
-        format!("{}k", settings.audio_bitrate_kbps),
-    );
-    let mut opts = vec!["-map", "0:v:0", "-map", "0:a:0?", "-dn", "-sn"];
-    opts.extend(["-map_metadata", "-1", "-map_chapters", "-1", "-vf", &vf]);
-    opts.extend(["-c:v", "libx264", "-preset", &settings.preset, "-crf", &crf]);
-    opts.extend([
-        "-pix_fmt",
-        "yuv420p",
-        "-profile:v",
-        "high",
-        "-threads",
-        &threads,
-    ]);
-    if probe.hdr {
-        opts.extend(["-color_primaries", "bt709", "-color_trc", "bt709"]);
-        opts.extend(["-colorspace", "bt709"]);
-    }
-    if probe.audio_codec.is_some() {
-        opts.extend(["-c:a", "aac", "-b:a", &bitrate, "-ac", "2"]);
-    } else {
-        opts.push("-an");
-    }
-    // No metadata of the source, and none of ours either (bitexact: no encoder tag).
-    opts.extend([
-        "-fflags",
-        "+bitexact",
-        "-movflags",
-        "+faststart",
-        "-f",
-        "mp4",
-        "-progress",
-        "pipe:1",
-        "-nostats",
-    ]);
-    let head = ["-hide_banner", "-nostdin", "-v", "error", "-xerror", "-y"];
-    let mut a: Vec<OsString> = head.iter().map(OsString::from).collect();
-    a.extend(["-threads", &threads].map(OsString::from));
+    let rungs: Vec<Rendition> = outputs.rungs.iter().map(|(r, _)| *r).collect();
+    let times: Vec<Duration> = outputs.frames.iter().map(|(t, _)| *t).collect();
+    let graph = filter_graph(probe, &rungs, &times);
+    let threads = threads.to_string();
+    let bitrate = format!("{}k", settings.audio_bitrate_kbps);
+    let ext = |a: &mut Vec<OsString>, args: &[&str]| a.extend(args.iter().map(OsString::from));
+    let mut a = Vec::new();
+    ext(&mut a, &["-hide_banner", "-nostdin", "-v", "error", "-xerror", "-y"]);
+    ext(&mut a, &["-threads", &threads]);
     a.extend(super::ffprobe::input_args(probe.demuxer, input));
-    a.extend(opts.into_iter().map(OsString::from));
-    a.push(output.into());
+    ext(&mut a, &["-filter_complex_threads", &threads, "-filter_complex", &graph]);
+    ext(&mut a, &["-progress", "pipe:1", "-nostats"]);
+    for (i, (rung, out)) in outputs.rungs.iter().enumerate() {
+        let (map, crf) = (format!("[v{i}]"), rung.crf.to_string());
+        let mut o = vec!["-map", &map, "-map_metadata", "-1", "-map_chapters", "-1"];
+        o.extend(["-c:v", "libx264", "-preset", &settings.preset, "-crf", &crf]);
+        o.extend(["-pix_fmt", "yuv420p", "-profile:v", "high", "-threads", &threads]);
+        if probe.hdr {
+            o.extend(["-color_primaries", "bt709", "-color_trc", "bt709"]);
+            o.extend(["-colorspace", "bt709"]);
+        }
+        if probe.audio_codec.is_some() {
+            o.extend(["-map", "0:a:0", "-c:a", "aac", "-b:a", &bitrate, "-ac", "2"]);
+        } else {
+            o.push("-an");
+        }
+        // No metadata of the source, and none of ours either (bitexact: no encoder tag).
+        o.extend(["-fflags", "+bitexact", "-movflags", "+faststart", "-f", "mp4"]);
+        ext(&mut a, &o);
+        a.push(out.into());
+    }
+    for (i, (_, out)) in outputs.frames.iter().enumerate() {
+        let map = format!("[c{i}]");
+        ext(&mut a, &["-map", &map, "-frames:v", "1", "-fps_mode", "passthrough"]);
+        ext(&mut a, &["-c:v", "png", "-compression_level", "1", "-f", "image2"]);
+        a.push(out.into());
+    }
     a
 }
 
@@ -201,37 +232,62 @@ mod tests {
     }
 
     #[test]
-    fn filters_scale_the_short_side_and_tone_map_hdr() {
+    fn one_graph_splits_the_source_into_rungs_and_poster_frames() {
+        let rungs = ladder();
+        let secs = [2, 10].map(Duration::from_secs);
         assert_eq!(
-            video_filter(&probe(1920, 1080), 720),
-            "scale=-2:720,format=yuv420p"
+            filter_graph(&probe(1920, 1080), &rungs, &secs),
+            "[0:v:0]split=4[s0][s1][f0][f1];\
+             [s0]scale=1280:720,format=yuv420p[v0];[s1]scale=854:480,format=yuv420p[v1];\
+             [f0]trim=start=2.000,select=eq(n\\,0),format=yuv420p,format=rgb24[c0];\
+             [f1]trim=start=10.000,select=eq(n\\,0),format=yuv420p,format=rgb24[c1]"
         );
+        // HDR: tone-mapped once, at the tallest rung's size; the poster frames on their own.
         let hdr = VideoProbe {
             hdr: true,
             ..probe(1080, 1920)
         };
-        let f = video_filter(&hdr, 720);
-        assert!(f.starts_with("scale=720:-2,zscale=t=linear"), "{f}");
+        let g = filter_graph(&hdr, &rungs, &secs[..1]);
+        assert_eq!(g.matches("tonemap=hable").count(), 2, "{g}");
         assert!(
-            f.contains("tonemap=") && f.ends_with("format=yuv420p"),
-            "{f}"
+            g.starts_with("[0:v:0]split=2[t][f0];[t]scale=720:1280,zscale=t=linear"),
+            "{g}"
         );
+        assert!(
+            g.contains("split=2[s0][s1];[s0]null[v0];[s1]scale=480:854,format=yuv420p[v1]"),
+            "{g}"
+        );
+        // Only poster frames (every rung resumed): each tone-mapped on its own.
+        let g = filter_graph(&hdr, &[], &secs[..1]);
+        assert!(g.starts_with("[0:v:0]split=1[f0];[f0]trim=start=2.000"), "{g}");
     }
 
     #[test]
-    fn video_only_input_gets_no_audio_and_progress_parses() {
+    fn each_rung_is_an_output_of_its_own() {
         let s = crate::config::Settings::load_from(None, Vec::<(String, String)>::new()).unwrap();
-        let a = args(
-            &s.video,
-            2,
-            &probe(640, 360),
-            &ladder()[1],
-            Path::new("in"),
-            Path::new("out.mp4"),
-        );
+        let rungs: Vec<_> = ladder()
+            .into_iter()
+            .map(|r| (r, PathBuf::from(format!("{}p.mp4", r.height))))
+            .collect();
+        let frames = [(Duration::from_secs(1), PathBuf::from("f0.png"))];
+        let outputs = Outputs {
+            rungs: &rungs,
+            frames: &frames,
+        };
+        let a = args(&s.video, 2, &probe(640, 360), Path::new("in"), &outputs);
         let a: Vec<String> = a.iter().map(|x| x.to_string_lossy().into_owned()).collect();
+        let at = |x: &str| a.iter().position(|y| y == x).unwrap();
+        // Video-only input: no audio in any output.
         assert!(a.contains(&"-an".to_owned()) && !a.contains(&"aac".to_owned()));
-        assert!(a.windows(2).any(|w| w == ["-movflags", "+faststart"]));
+        assert_eq!(
+            a.windows(2)
+                .filter(|w| w == &["-movflags", "+faststart"])
+                .count(),
+            2
+        );
+        assert!(at("[v0]") < at("720p.mp4") && at("720p.mp4") < at("[v1]"));
+        assert!(a.windows(2).any(|w| w == ["-crf", "23"]) && a.windows(2).any(|w| w == ["-crf", "26"]));
+        assert!(at("[c0]") < at("f0.png") && at("-frames:v") > at("480p.mp4"));
         assert!(a.windows(2).any(|w| w == ["-threads", "2"]));
         assert_eq!(
             progress_time("out_time_us=1500000"),
