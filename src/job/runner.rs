@@ -8,15 +8,18 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::contract::{
-    Analysis, ErrorCode, MediaType, OptimizeRequest, OptimizeResponse, ScanVerdict, Stage,
+    Analysis, ErrorCode, MediaType, OptimizeRequest, OptimizeResponse, ScanVerdict, SourceInfo,
+    Stage,
 };
 use crate::error::JobError;
-use crate::media::{Event, MediaError};
+use crate::media::sniff::{self, Sniffed};
+use crate::media::{Event, MediaError, Role};
 use crate::retry;
 use crate::sandbox::{Executor, Work};
 use crate::scratch::ScratchDir;
 use crate::shutdown::Shutdown;
 use crate::stages::manifest::{self, Manifest};
+use crate::stages::resume::{self, Landed};
 use crate::stages::{download, upload};
 use crate::telemetry::registry::{JobHandle, Phase};
 
@@ -264,8 +267,16 @@ impl JobRunner {
 
         // probe → analyze → transform: native code behind the one narrow function
         // `media::process`, in a sandbox child (or inline, see `sandbox::Executor`).
+        // A video resumes what an earlier attempt uploaded (see `stages::resume`).
+        let landed = self.landed(req, &source, &scratch).await;
+        let mut media_job = svc.settings.media_job(profile, req.media_type);
+        if let Some(l) = landed.as_ref().filter(|l| !l.renditions.is_empty()) {
+            media_job.resume = l.heights();
+            tracing::info!(job = job.id(), renditions = ?media_job.resume,
+                "renditions uploaded by an earlier attempt are not made again");
+        }
         let work = Work {
-            job: svc.settings.media_job(profile, req.media_type),
+            job: media_job,
             input: scratch.source(),
             out_dir: scratch.out_dir(),
             // MEDIA_TIMEOUT_SECS, or what the media code announces once it knows (a video's
@@ -307,7 +318,18 @@ impl JobRunner {
                 media_type,
                 cache_control: &svc.settings.profiles[profile].cache_control,
             };
-            let outputs = upload::run(&to, &files).await?;
+            // Video renditions one at a time, each recorded as it lands; then the rest.
+            let outputs = match landed {
+                Some(landed) if media_type == MediaType::Video => {
+                    let (renditions, rest): (Vec<_>, Vec<_>) =
+                        files.iter().partition(|f| f.role == Role::Rendition);
+                    let mut outputs =
+                        resume::upload(&to, &renditions, landed, &scratch_path).await?;
+                    outputs.extend(upload::run(&to, rest).await?);
+                    outputs
+                }
+                _ => upload::run(&to, &files).await?,
+            };
             let done = Done {
                 source: src,
                 media_type,
@@ -326,6 +348,24 @@ impl JobRunner {
             .map_err(|f| (f, partial(&scan)))?;
         drop(scratch);
         Ok(done)
+    }
+
+    /// For a video source with an ETag: the renditions an earlier attempt uploaded for it and
+    /// this profile (none when there are none, or with `force`).
+    async fn landed(
+        &self,
+        req: &OptimizeRequest,
+        source: &SourceInfo,
+        scratch: &ScratchDir,
+    ) -> Option<Landed> {
+        let etag = source.etag.clone()?;
+        let Ok(Sniffed::Video(_)) = sniff::sniff_file(&scratch.source()) else {
+            return None;
+        };
+        let (svc, profile) = (&self.svc, manifest::profile_of(req));
+        let want = Landed::new(etag, profile, manifest::fingerprint(&svc.settings, profile));
+        let bucket = &svc.settings.storage.output_bucket;
+        Some(resume::lookup(&*svc.storage, bucket, req, want).await)
     }
 
     /// The scan stage: the downloaded source through clamd.

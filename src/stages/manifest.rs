@@ -15,6 +15,9 @@ use crate::contract::{
 use crate::storage::{ObjectMeta, Storage, StorageError};
 
 pub const MANIFEST: &str = "manifest.json";
+/// The manifest and the rendition record are replaced when the source or profile changes:
+/// not immutable like the outputs.
+pub const NO_CACHE: &str = "no-cache";
 /// Larger manifests are not ours: ignored.
 const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 
@@ -107,8 +110,7 @@ pub async fn record(
     let key = key(&req.user_id, manifest.media_type, &req.media_id, MANIFEST);
     let meta = ObjectMeta {
         content_type: "application/json",
-        // Replaced when the source or profile changes: not immutable like the outputs.
-        cache_control: "no-cache",
+        cache_control: NO_CACHE,
     };
     storage.upload(bucket, &key, &path, &meta).await
 }

@@ -29,18 +29,20 @@ pub struct Destination<'a> {
     pub cache_control: &'a str,
 }
 
-pub async fn run(
+/// Uploads `files`, a few at a time; their outputs in the same order.
+pub async fn run<'f>(
     to: &Destination<'_>,
-    files: &[ProducedFile],
+    files: impl IntoIterator<Item = &'f ProducedFile>,
 ) -> Result<Vec<Output>, StorageError> {
-    let uploads: Vec<_> = files.iter().map(|f| upload_one(to, f)).collect();
+    let uploads: Vec<_> = files.into_iter().map(|f| one(to, f)).collect();
     stream::iter(uploads)
         .buffered(PARALLEL_UPLOADS)
         .try_collect()
         .await
 }
 
-async fn upload_one(to: &Destination<'_>, f: &ProducedFile) -> Result<Output, StorageError> {
+/// Uploads one file under its key.
+pub async fn one(to: &Destination<'_>, f: &ProducedFile) -> Result<Output, StorageError> {
     let bucket = to.bucket;
     let key = key(&to.req.user_id, to.media_type, &to.req.media_id, &f.name);
     let meta = ObjectMeta {

@@ -37,6 +37,11 @@ pub struct Metrics {
     pub bytes_uploaded: IntCounter,
     pub scratch_free_bytes: IntGauge,
     pub video_encoded_seconds: Counter,
+    /// Video renditions uploaded, by `origin`: `encoded` by this attempt, or `resumed` (made
+    /// by an earlier attempt for the same source and profile, not made again).
+    pub renditions: IntCounterVec,
+    /// Progress events by `result` (`published`, `failed`), see `worker::progress`.
+    pub progress_events: IntCounterVec,
     pub replays: IntCounter,
     /// Sandbox children that died on their own (a crash, the memory cap), see `sandbox`.
     pub sandbox_deaths: IntCounter,
@@ -209,6 +214,17 @@ impl Metrics {
                 "kafka_producer_restarts_total",
                 "Producers replaced after a fatal (idempotence) error",
             ),
+            renditions: counter_vec(
+                "video_renditions_total",
+                "Video renditions in responses, by origin: encoded by this attempt, or resumed \
+                 (uploaded by an earlier attempt for the same source ETag and profile)",
+                &["origin"],
+            ),
+            progress_events: counter_vec(
+                "progress_events_total",
+                "Progress events for long jobs (KAFKA_PROGRESS_TOPIC), by result",
+                &["result"],
+            ),
             replays: counter(
                 "replays_total",
                 "Requests answered from a stored manifest (same source ETag and profile)",
@@ -290,6 +306,12 @@ impl Metrics {
             if code == ErrorCode::StorageUnavailable {
                 self.retries.with_label_values(&[code.as_str()]);
             }
+        }
+        for origin in ["encoded", "resumed"] {
+            self.renditions.with_label_values(&[origin]);
+        }
+        for result in ["published", "failed"] {
+            self.progress_events.with_label_values(&[result]);
         }
         for media_type in ["image", "video", "unknown"] {
             for outcome in ["completed", "degraded", "failed"] {

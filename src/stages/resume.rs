@@ -1,0 +1,160 @@
+//! Resume at rendition granularity. A video's renditions are uploaded one at a time, and after
+//! each one `renditions.json`, beside the manifest, records those that have landed for this
+//! source ETag and profile fingerprint. A later attempt for the same source and profile (a
+//! retry, or a redelivery after a crash or a shutdown deadline, on any replica) reads it and
+//! does not make them again: only the missing rungs are encoded, and the response lists the
+//! recorded outputs as an uninterrupted run would have. `force: true` redoes everything.
+//!
+//! The record is only ever written after the rendition it lists, so whatever it lists exists.
+
+use serde::{Deserialize, Serialize};
+
+use super::manifest;
+use super::upload::{self, Destination, key};
+use crate::contract::{MediaType, OptimizeRequest, Output, SourceRef};
+use crate::media::ProducedFile;
+use crate::storage::{ObjectMeta, Storage, StorageError};
+
+pub const RECORD: &str = "renditions.json";
+/// Larger records are not ours: ignored.
+const MAX_RECORD_BYTES: u64 = 1 << 20;
+
+/// The renditions of one source version and profile that have landed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Landed {
+    pub source_etag: String,
+    pub profile: String,
+    pub fingerprint: String,
+    pub renditions: Vec<Output>,
+}
+
+impl Landed {
+    /// An empty record for this source version and profile.
+    pub fn new(source_etag: String, profile: &str, fingerprint: String) -> Landed {
+        Landed {
+            source_etag,
+            profile: profile.to_owned(),
+            fingerprint,
+            renditions: Vec::new(),
+        }
+    }
+
+    /// The rung heights (shorter displayed sides) already there, for the media job.
+    pub fn heights(&self) -> Vec<u32> {
+        self.renditions.iter().map(rung_height).collect()
+    }
+
+    fn is_for(&self, other: &Landed) -> bool {
+        (&self.source_etag, &self.profile, &self.fingerprint)
+            == (&other.source_etag, &other.profile, &other.fingerprint)
+    }
+}
+
+/// A rendition's rung: its shorter side (see `media::video::transcode::plan`).
+fn rung_height(o: &Output) -> u32 {
+    o.width.min(o.height)
+}
+
+/// What an earlier attempt left for `want`'s source version and profile: `want` with the
+/// renditions that landed, or `want` itself (nothing to resume, `force`, or any read error).
+pub async fn lookup(
+    storage: &dyn Storage,
+    bucket: &str,
+    req: &OptimizeRequest,
+    want: Landed,
+) -> Landed {
+    if req.force {
+        return want;
+    }
+    let src = SourceRef {
+        bucket: bucket.to_owned(),
+        key: key(&req.user_id, MediaType::Video, &req.media_id, RECORD),
+    };
+    let Ok(bytes) = storage.read(&src, MAX_RECORD_BYTES).await else {
+        return want;
+    };
+    match serde_json::from_slice::<Landed>(&bytes) {
+        Ok(found) if found.is_for(&want) => found,
+        Ok(_) => want, // another source version or profile: start over
+        Err(e) => {
+            tracing::warn!(key = %src.key, error = %e, "unreadable rendition record ignored");
+            want
+        }
+    }
+}
+
+/// Uploads `renditions` one at a time, recording each in `landed` (and in storage) as it lands;
+/// every landed rendition, tallest first, as the response lists them.
+pub async fn upload(
+    to: &Destination<'_>,
+    renditions: &[&ProducedFile],
+    mut landed: Landed,
+    scratch: &std::path::Path,
+) -> Result<Vec<Output>, StorageError> {
+    let resumed = landed.renditions.len() as u64;
+    for f in renditions {
+        let out = upload::one(to, f).await?;
+        landed.renditions.retain(|o| o.key != out.key);
+        landed.renditions.push(out);
+        record(to, &landed, scratch).await?;
+    }
+    let m = to.metrics;
+    m.renditions.with_label_values(&["resumed"]).inc_by(resumed);
+    let encoded = renditions.len() as u64;
+    m.renditions.with_label_values(&["encoded"]).inc_by(encoded);
+    let mut all = landed.renditions;
+    all.sort_by_key(|o| std::cmp::Reverse(rung_height(o)));
+    Ok(all)
+}
+
+async fn record(
+    to: &Destination<'_>,
+    landed: &Landed,
+    scratch: &std::path::Path,
+) -> Result<(), StorageError> {
+    let path = scratch.join(RECORD);
+    let json = serde_json::to_vec_pretty(landed).expect("record serialises");
+    tokio::fs::write(&path, json).await?;
+    let key = key(&to.req.user_id, MediaType::Video, &to.req.media_id, RECORD);
+    let meta = ObjectMeta {
+        content_type: "application/json",
+        cache_control: manifest::NO_CACHE,
+    };
+    to.storage.upload(to.bucket, &key, &path, &meta).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(w: u32, h: u32) -> Output {
+        Output {
+            role: "rendition".into(),
+            bucket: "b".into(),
+            key: format!("u/videos/m/mp4/{}p.mp4", w.min(h)),
+            format: "mp4".into(),
+            content_type: "video/mp4".into(),
+            width: w,
+            height: h,
+            size_bytes: 1,
+            crop: None,
+            duration_ms: Some(1000),
+        }
+    }
+
+    #[test]
+    fn a_record_is_for_one_source_version_and_profile() {
+        let want = Landed::new("e1".into(), "default", "f1".into());
+        let mut found = want.clone();
+        found.renditions = vec![output(1280, 720), output(480, 854)];
+        assert!(found.is_for(&want));
+        assert_eq!(found.heights(), [720, 480], "the shorter side, portrait too");
+        for other in [
+            Landed::new("e2".into(), "default", "f1".into()),
+            Landed::new("e1".into(), "variants", "f1".into()),
+            Landed::new("e1".into(), "default", "f2".into()),
+        ] {
+            assert!(!found.is_for(&other), "{other:?}");
+        }
+    }
+}
