@@ -51,7 +51,15 @@ fn main() {
     );
     println!(
         "{:<42} {:>5} {:>8} {:>8} {:>7} {:>8} {:>8} {:>8} {:>8}",
-        "input", "rung", "ours s", "plain s", "speedup", "ours cpu", "plain cpu", "ssim ours", "ssim plain"
+        "input",
+        "rung",
+        "ours s",
+        "plain s",
+        "speedup",
+        "ours cpu",
+        "plain cpu",
+        "ssim ours",
+        "ssim plain"
     );
     let (mut all_ours, mut all_plain) = (Duration::ZERO, Duration::ZERO);
     let (mut cpu_ours, mut cpu_plain) = (0.0, 0.0);
@@ -80,8 +88,14 @@ fn main() {
             std::fs::create_dir_all(&ours_dir).unwrap();
             let (t, c) = (Instant::now(), cpu_seconds());
             let mut events = |_| {};
-            let out = video::process(&job, input, container, &ours_dir, &mut Control::new(&mut events))
-                .unwrap_or_else(|f| panic!("{name}: {}", f.error));
+            let out = video::process(
+                &job,
+                input,
+                container,
+                &ours_dir,
+                &mut Control::new(&mut events),
+            )
+            .unwrap_or_else(|f| panic!("{name}: {}", f.error));
             ours += t.elapsed();
             ours_cpu += cpu_seconds() - c;
             produced = out.files;
@@ -94,7 +108,10 @@ fn main() {
             plain += t.elapsed();
             plain_cpu += cpu_seconds() - c;
         }
-        let rungs_made: Vec<&ProducedFile> = produced.iter().filter(|f| f.name.starts_with("mp4/")).collect();
+        let rungs_made: Vec<&ProducedFile> = produced
+            .iter()
+            .filter(|f| f.name.starts_with("mp4/"))
+            .collect();
         assert_eq!(rungs_made.len(), rungs.len(), "{name}: every rung made");
         assert!(
             produced.iter().any(|f| f.name.starts_with("poster/")),
@@ -106,7 +123,13 @@ fn main() {
             let plain_file = plain_dir.join(format!("{}p.mp4", r.height));
             let (a, b) = (shape(&ours_file), shape(&plain_file));
             assert_eq!((a.0, a.1), (b.0, b.1), "{name} {}p: same size", r.height);
-            assert!((a.2 - b.2).abs() < 0.1, "{name} {}p: same duration ({} / {})", r.height, a.2, b.2);
+            assert!(
+                (a.2 - b.2).abs() < 0.1,
+                "{name} {}p: same duration ({} / {})",
+                r.height,
+                a.2,
+                b.2
+            );
             ssim.push((
                 r.height,
                 ssim_to_source(&job, &probe, input, &ours_file, (a.0, a.1)),
@@ -127,8 +150,14 @@ fn main() {
             plain.as_secs_f64() / ours.as_secs_f64(),
             ours_cpu / n,
             plain_cpu / n,
-            ssim.iter().map(|s| format!("{:.4}", s.1)).collect::<Vec<_>>().join("/"),
-            ssim.iter().map(|s| format!("{:.4}", s.2)).collect::<Vec<_>>().join("/"),
+            ssim.iter()
+                .map(|s| format!("{:.4}", s.1))
+                .collect::<Vec<_>>()
+                .join("/"),
+            ssim.iter()
+                .map(|s| format!("{:.4}", s.2))
+                .collect::<Vec<_>>()
+                .join("/"),
         );
     }
     let speedup = all_plain.as_secs_f64() / all_ours.as_secs_f64();
@@ -142,7 +171,14 @@ fn main() {
 }
 
 /// One rung as a person would run it: one ffmpeg run, `-vf scale`, our encoder settings.
-fn plain_rung(job: &MediaJob, probe: &ffprobe::VideoProbe, input: &Path, height: u32, crf: u8, dir: &Path) {
+fn plain_rung(
+    job: &MediaJob,
+    probe: &ffprobe::VideoProbe,
+    input: &Path,
+    height: u32,
+    crf: u8,
+    dir: &Path,
+) {
     let s = &job.video;
     let scale = if probe.width >= probe.height {
         format!("scale=-2:{height}")
@@ -152,17 +188,62 @@ fn plain_rung(job: &MediaJob, probe: &ffprobe::VideoProbe, input: &Path, height:
     let vf = format!("{scale},{}", transcode::to_sdr(probe));
     let threads = job.ffmpeg_threads.to_string();
     let mut cmd = Command::new(&s.ffmpeg);
-    cmd.args(["-hide_banner", "-nostdin", "-v", "error", "-y", "-threads", &threads])
-        .args(ffprobe::input_args(probe.demuxer, input))
-        .args(["-map", "0:v:0", "-map", "0:a:0?", "-map_metadata", "-1", "-vf", &vf])
-        .args(["-c:v", "libx264", "-preset", &s.preset, "-crf", &crf.to_string()])
-        .args(["-pix_fmt", "yuv420p", "-profile:v", "high", "-threads", &threads]);
+    cmd.args([
+        "-hide_banner",
+        "-nostdin",
+        "-v",
+        "error",
+        "-y",
+        "-threads",
+        &threads,
+    ])
+    .args(ffprobe::input_args(probe.demuxer, input))
+    .args([
+        "-map",
+        "0:v:0",
+        "-map",
+        "0:a:0?",
+        "-map_metadata",
+        "-1",
+        "-vf",
+        &vf,
+    ])
+    .args([
+        "-c:v",
+        "libx264",
+        "-preset",
+        &s.preset,
+        "-crf",
+        &crf.to_string(),
+    ])
+    .args([
+        "-pix_fmt",
+        "yuv420p",
+        "-profile:v",
+        "high",
+        "-threads",
+        &threads,
+    ]);
     if probe.hdr {
-        cmd.args(["-color_primaries", "bt709", "-color_trc", "bt709", "-colorspace", "bt709"]);
+        cmd.args([
+            "-color_primaries",
+            "bt709",
+            "-color_trc",
+            "bt709",
+            "-colorspace",
+            "bt709",
+        ]);
     }
-    cmd.args(["-c:a", "aac", "-b:a", &format!("{}k", s.audio_bitrate_kbps), "-ac", "2"])
-        .args(["-movflags", "+faststart", "-f", "mp4"])
-        .arg(dir.join(format!("{height}p.mp4")));
+    cmd.args([
+        "-c:a",
+        "aac",
+        "-b:a",
+        &format!("{}k", s.audio_bitrate_kbps),
+        "-ac",
+        "2",
+    ])
+    .args(["-movflags", "+faststart", "-f", "mp4"])
+    .arg(dir.join(format!("{height}p.mp4")));
     let ok = cmd.stdout(Stdio::null()).status().unwrap().success();
     assert!(ok, "plain ffmpeg failed on {}", input.display());
 }

@@ -32,6 +32,7 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("KAFKA_REQUEST_TOPIC", "kafka.request_topic"),
     ("KAFKA_RESPONSE_TOPIC", "kafka.response_topic"),
     ("KAFKA_DLQ_TOPIC", "kafka.dlq_topic"),
+    ("KAFKA_PROGRESS_TOPIC", "kafka.progress_topic"),
     ("KAFKA_PUBLISH_ATTEMPTS", "kafka.publish_attempts"),
     ("KAFKA_COMMIT_INTERVAL_MS", "kafka.commit_interval_ms"),
     ("MAX_IN_FLIGHT", "kafka.max_in_flight"),
@@ -96,6 +97,7 @@ const STRING_KEYS: &[&str] = &[
     "kafka.request_topic",
     "kafka.response_topic",
     "kafka.dlq_topic",
+    "kafka.progress_topic",
     "storage.output_bucket",
     "worker.id",
     "worker.tmp_dir",
@@ -152,6 +154,15 @@ pub struct KafkaSettings {
     pub revoke_drain_secs: u64,
     /// Consume requests from Kafka; `false` runs only the job API (`KAFKA_INTAKE=false`).
     pub intake: bool,
+    /// Where long jobs publish progress events (unset or empty: none are published).
+    #[serde(default)]
+    pub progress_topic: Option<String>,
+    /// A job publishes progress once it has run this long (short jobs publish none)...
+    pub progress_delay_secs: u64,
+    /// ...then whenever it has advanced by this fraction of the job...
+    pub progress_step: f32,
+    /// ...or this long has passed since its last event (a heartbeat while a stage is long).
+    pub progress_interval_secs: u64,
     #[serde(default)]
     pub properties: BTreeMap<String, PropertyValue>,
 }
@@ -445,6 +456,13 @@ impl Settings {
                 message: message.to_owned(),
             })
         };
+        let k = &self.kafka;
+        if !(k.progress_step > 0.0 && k.progress_step <= 1.0) {
+            return invalid("kafka.progress_step", "need a fraction in (0, 1]");
+        }
+        if k.progress_interval_secs == 0 {
+            return invalid("kafka.progress_interval_secs", "need at least 1 s");
+        }
         for name in ["default", "variants"] {
             if !self.profiles.contains_key(name) {
                 return invalid(&format!("profiles.{name}"), "built-in profile is missing");
@@ -661,6 +679,14 @@ impl Settings {
             hint,
             resume: Vec::new(),
         }
+    }
+
+    /// The progress topic, when progress events are on (`KAFKA_PROGRESS_TOPIC` set, not empty).
+    pub fn progress_topic(&self) -> Option<&str> {
+        self.kafka
+            .progress_topic
+            .as_deref()
+            .filter(|t| !t.is_empty())
     }
 
     /// The address-space cap of one sandbox child: `worker.media_memory_limit_bytes`, or what

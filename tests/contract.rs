@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use media_worker::contract::{
-    ApiError, DeadLetter, OptimizeResponse, ScanVerdict, SourceRef, Status,
+    ApiError, DeadLetter, OptimizeResponse, ProgressEvent, ScanVerdict, SourceRef, Status,
 };
 
 fn root() -> &'static Path {
@@ -60,12 +60,14 @@ fn the_documented_examples_match_the_schemas_and_the_types() {
     let kinds = |s: &str| all.iter().filter(|(k, _)| k == s).count();
     assert!(kinds("optimize-response.v1.json") >= 4 && kinds("dead-letter.v1.json") == 1);
     assert!(kinds("scan-response.v1.json") >= 1 && kinds("scan-request.v1.json") >= 1);
+    assert_eq!(kinds("progress-event.v1.json"), 1);
     for schema in [
         "optimize-response.v1.json",
         "dead-letter.v1.json",
         "scan-response.v1.json",
         "scan-request.v1.json",
         "api-error.v1.json",
+        "progress-event.v1.json",
     ] {
         let records: Vec<String> = all
             .iter()
@@ -85,6 +87,9 @@ fn the_documented_examples_match_the_schemas_and_the_types() {
             assert_eq!(v.clean, v.signature.is_none());
         } else if schema == "scan-request.v1.json" {
             let _: SourceRef = serde_json::from_str(json).unwrap();
+        } else if schema == "progress-event.v1.json" {
+            let p: ProgressEvent = serde_json::from_str(json).unwrap();
+            assert!(p.status == "progressing" && (0.0..1.0).contains(&p.progress));
         } else if schema == "api-error.v1.json" {
             let e: ApiError = serde_json::from_str(json).unwrap();
             assert!(media_worker::contract::API_ERROR_CODES.contains(&e.error.code.as_str()));

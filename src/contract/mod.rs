@@ -358,6 +358,33 @@ pub struct OptimizeResponse {
     pub metadata: Option<Metadata>,
 }
 
+/// A long job's progress, published on `KAFKA_PROGRESS_TOPIC` (when set) keyed like its
+/// response, at a bounded rate, before the response. Informational: the response is the
+/// answer, and a consumer may miss progress events (they are sent once, never retried).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ProgressEvent {
+    #[schemars(extend("const" = 1))]
+    pub schema_version: u32,
+    pub request_id: String,
+    pub media_id: String,
+    pub user_id: String,
+    /// Always `progressing`: the job is not finished.
+    #[schemars(extend("const" = "progressing"))]
+    pub status: String,
+    /// Estimated fraction of the job done, in [0, 1); never decreases within a job.
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub progress: f32,
+    /// The stage running now.
+    pub stage: Stage,
+    /// The processing attempt (1 unless a transient failure was retried).
+    pub attempt: u32,
+    /// Since the job started.
+    pub elapsed_ms: u64,
+    pub worker: WorkerInfo,
+    /// RFC 3339, UTC.
+    pub at: String,
+}
+
 /// The body of a job API answer that is not a job's response: a refused request (401, 503
 /// busy) and every `POST /scan` failure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -427,6 +454,7 @@ pub fn schemas() -> Vec<(&'static str, String)> {
     let scan_request = "scan-request.v1.json";
     let scan_response = "scan-response.v1.json";
     let api_error = "api-error.v1.json";
+    let progress = "progress-event.v1.json";
     vec![
         (
             request,
@@ -451,6 +479,10 @@ pub fn schemas() -> Vec<(&'static str, String)> {
         (
             api_error,
             pretty(api_error, schemars::schema_for!(ApiError)),
+        ),
+        (
+            progress,
+            pretty(progress, schemars::schema_for!(ProgressEvent)),
         ),
     ]
 }

@@ -311,6 +311,23 @@ impl Publisher {
         serde_json::to_vec(&record).expect("dead-letter record serialises")
     }
 
+    /// Sends one informational record (a progress event) on `topic`: one try within
+    /// `timeout`, no retries, no dead letter, no effect on the pod's health.
+    pub async fn send_once(
+        &self,
+        topic: &str,
+        key: &str,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<(), KafkaError> {
+        let record = FutureRecord::to(topic).key(key).payload(payload);
+        let producer = self.producer();
+        match producer.send(record, Timeout::After(timeout)).await {
+            Ok(_) => Ok(()),
+            Err((e, _)) => Err(e),
+        }
+    }
+
     /// The producer in use (tests inject faults into it).
     pub fn producer(&self) -> FutureProducer {
         self.producer.read().unwrap().clone()

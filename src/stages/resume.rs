@@ -148,7 +148,11 @@ mod tests {
         let mut found = want.clone();
         found.renditions = vec![output(1280, 720), output(480, 854)];
         assert!(found.is_for(&want));
-        assert_eq!(found.heights(), [720, 480], "the shorter side, portrait too");
+        assert_eq!(
+            found.heights(),
+            [720, 480],
+            "the shorter side, portrait too"
+        );
         for other in [
             Landed::new("e2".into(), "default", "f1".into()),
             Landed::new("e1".into(), "variants", "f1".into()),

@@ -7,8 +7,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde::Serialize;
+use tokio::sync::watch;
 
 use crate::contract::Stage;
+
+/// Where a job is, as its progress events report it (see `worker::progress`): followed
+/// through [`JobHandle::watch`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobProgress {
+    pub stage: Stage,
+    /// Fraction of the stage done, when the stage reports it (video transcodes).
+    pub fraction: Option<f32>,
+    pub attempt: u32,
+}
 
 /// Where a job is between stages: waiting for a pool permit, running a stage, or backing off
 /// before another attempt.
@@ -70,10 +81,16 @@ impl Registry {
             progress: None,
         };
         self.jobs.lock().unwrap().insert(seq, entry);
+        let (progress, _) = watch::channel(JobProgress {
+            stage: Stage::Validate,
+            fraction: None,
+            attempt: 0,
+        });
         JobHandle(Arc::new(HandleInner {
             seq,
             id,
             registry: self.clone(),
+            progress,
         }))
     }
 
@@ -114,6 +131,7 @@ struct HandleInner {
     seq: u64,
     id: String,
     registry: Registry,
+    progress: watch::Sender<JobProgress>,
 }
 
 impl Drop for HandleInner {
@@ -136,17 +154,29 @@ impl JobHandle {
             e.phase = Phase::Running;
             e.progress = None;
         });
+        self.0.progress.send_modify(|p| {
+            p.stage = stage;
+            p.fraction = None;
+        });
     }
     pub fn phase(&self, phase: Phase) {
         self.0.registry.update(self.0.seq, |e| e.phase = phase);
     }
     pub fn attempt(&self, attempt: u32) {
         self.0.registry.update(self.0.seq, |e| e.attempt = attempt);
+        self.0.progress.send_modify(|p| p.attempt = attempt);
     }
     pub fn progress(&self, fraction: f32) {
+        let fraction = fraction.clamp(0.0, 1.0);
         self.0
             .registry
-            .update(self.0.seq, |e| e.progress = Some(fraction.clamp(0.0, 1.0)));
+            .update(self.0.seq, |e| e.progress = Some(fraction));
+        self.0.progress.send_modify(|p| p.fraction = Some(fraction));
+    }
+    /// The job's stage, progress and attempt as they change; closed when the job's last
+    /// handle drops.
+    pub fn watch(&self) -> watch::Receiver<JobProgress> {
+        self.0.progress.subscribe()
     }
 }
 

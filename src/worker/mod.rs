@@ -1,6 +1,7 @@
 //! The `run` command's engine: poll → spawn → drain. Consumer deliveries become message tasks
 //! ([`task`]: validate, run the job, publish, ack); the stop sequence is [`Shutdown`]'s.
 
+mod progress;
 mod task;
 
 use std::net::SocketAddr;

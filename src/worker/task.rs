@@ -13,6 +13,8 @@ use crate::shutdown::Shutdown;
 use crate::stages::{publish, validate};
 use crate::telemetry::{self, Origin, traces};
 
+use super::progress::Follower;
+
 /// Everything a message task needs.
 pub(super) struct Ctx {
     pub runner: JobRunner,
@@ -55,10 +57,16 @@ async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
         Ok(req) => {
             span.record("event.s3_key", req.source.key.as_str());
             let job = svc.registry.start(&req.request_id, &req.media_id);
+            let progress = Follower::start(&ctx, &req, &job);
             let r = tokio::select! {
-                r = ctx.runner.run(&req, &job) => r,
-                _ = ctx.shutdown.abandoned() => return,
+                r = ctx.runner.run(&req, &job) => Some(r),
+                _ = ctx.shutdown.abandoned() => None,
             };
+            // Every progress event is out before the response.
+            if let Some(p) = progress {
+                p.finish().await;
+            }
+            let Some(r) = r else { return };
             (r, Some(job))
         }
         Err(invalid) => {

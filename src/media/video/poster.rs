@@ -57,8 +57,13 @@ pub fn choose(job: &MediaJob, frames: &[(Duration, PathBuf)]) -> Result<Poster, 
 }
 
 fn score(job: &MediaJob, frame: &Path) -> Result<FrameScore, String> {
-    let img = transform::decode(frame, ImageFormat::Png, job.analysis.max_side, Colour::Untagged)
-        .map_err(|e| e.to_string())?;
+    let img = transform::decode(
+        frame,
+        ImageFormat::Png,
+        job.analysis.max_side,
+        Colour::Untagged,
+    )
+    .map_err(|e| e.to_string())?;
     analyze::frame_score(&img, &job.analysis, job.profile.analysis)
 }
 

@@ -88,7 +88,11 @@ pub fn filter_graph(probe: &VideoProbe, rungs: &[Rendition], frames: &[Duration]
         ));
         for (i, r) in rungs.iter().enumerate() {
             let (w, h) = size(r);
-            let scale = if i == 0 { "null".to_owned() } else { format!("scale={w}:{h},format=yuv420p") };
+            let scale = if i == 0 {
+                "null".to_owned()
+            } else {
+                format!("scale={w}:{h},format=yuv420p")
+            };
             chains.push(format!("[s{i}]{scale}[v{i}]"));
         }
     } else {
@@ -107,7 +111,10 @@ pub fn filter_graph(probe: &VideoProbe, rungs: &[Rendition], frames: &[Duration]
         ));
     }
     let split = format!("[0:v:0]split={}{}", heads.len(), heads.concat());
-    std::iter::once(split).chain(chains).collect::<Vec<_>>().join(";")
+    std::iter::once(split)
+        .chain(chains)
+        .collect::<Vec<_>>()
+        .join(";")
 }
 
 /// ffmpeg's arguments for one run writing `outputs`, progress reports on stdout.
@@ -125,16 +132,34 @@ pub fn args(
     let bitrate = format!("{}k", settings.audio_bitrate_kbps);
     let ext = |a: &mut Vec<OsString>, args: &[&str]| a.extend(args.iter().map(OsString::from));
     let mut a = Vec::new();
-    ext(&mut a, &["-hide_banner", "-nostdin", "-v", "error", "-xerror", "-y"]);
+    ext(
+        &mut a,
+        &["-hide_banner", "-nostdin", "-v", "error", "-xerror", "-y"],
+    );
     ext(&mut a, &["-threads", &threads]);
     a.extend(super::ffprobe::input_args(probe.demuxer, input));
-    ext(&mut a, &["-filter_complex_threads", &threads, "-filter_complex", &graph]);
+    ext(
+        &mut a,
+        &[
+            "-filter_complex_threads",
+            &threads,
+            "-filter_complex",
+            &graph,
+        ],
+    );
     ext(&mut a, &["-progress", "pipe:1", "-nostats"]);
     for (i, (rung, out)) in outputs.rungs.iter().enumerate() {
         let (map, crf) = (format!("[v{i}]"), rung.crf.to_string());
         let mut o = vec!["-map", &map, "-map_metadata", "-1", "-map_chapters", "-1"];
         o.extend(["-c:v", "libx264", "-preset", &settings.preset, "-crf", &crf]);
-        o.extend(["-pix_fmt", "yuv420p", "-profile:v", "high", "-threads", &threads]);
+        o.extend([
+            "-pix_fmt",
+            "yuv420p",
+            "-profile:v",
+            "high",
+            "-threads",
+            &threads,
+        ]);
         if probe.hdr {
             o.extend(["-color_primaries", "bt709", "-color_trc", "bt709"]);
             o.extend(["-colorspace", "bt709"]);
@@ -145,14 +170,27 @@ pub fn args(
             o.push("-an");
         }
         // No metadata of the source, and none of ours either (bitexact: no encoder tag).
-        o.extend(["-fflags", "+bitexact", "-movflags", "+faststart", "-f", "mp4"]);
+        o.extend([
+            "-fflags",
+            "+bitexact",
+            "-movflags",
+            "+faststart",
+            "-f",
+            "mp4",
+        ]);
         ext(&mut a, &o);
         a.push(out.into());
     }
     for (i, (_, out)) in outputs.frames.iter().enumerate() {
         let map = format!("[c{i}]");
-        ext(&mut a, &["-map", &map, "-frames:v", "1", "-fps_mode", "passthrough"]);
-        ext(&mut a, &["-c:v", "png", "-compression_level", "1", "-f", "image2"]);
+        ext(
+            &mut a,
+            &["-map", &map, "-frames:v", "1", "-fps_mode", "passthrough"],
+        );
+        ext(
+            &mut a,
+            &["-c:v", "png", "-compression_level", "1", "-f", "image2"],
+        );
         a.push(out.into());
     }
     a
@@ -259,7 +297,10 @@ mod tests {
         );
         // Only poster frames (every rung resumed): each tone-mapped on its own.
         let g = filter_graph(&hdr, &[], &secs[..1]);
-        assert!(g.starts_with("[0:v:0]split=1[f0];[f0]trim=start=2.000"), "{g}");
+        assert!(
+            g.starts_with("[0:v:0]split=1[f0];[f0]trim=start=2.000"),
+            "{g}"
+        );
     }
 
     #[test]
@@ -286,7 +327,9 @@ mod tests {
             2
         );
         assert!(at("[v0]") < at("720p.mp4") && at("720p.mp4") < at("[v1]"));
-        assert!(a.windows(2).any(|w| w == ["-crf", "23"]) && a.windows(2).any(|w| w == ["-crf", "26"]));
+        assert!(
+            a.windows(2).any(|w| w == ["-crf", "23"]) && a.windows(2).any(|w| w == ["-crf", "26"])
+        );
         assert!(at("[c0]") < at("f0.png") && at("-frames:v") > at("480p.mp4"));
         assert!(a.windows(2).any(|w| w == ["-threads", "2"]));
         assert_eq!(
