@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use media_worker::contract::{MediaType, Status};
+use media_worker::contract::{MediaType, ProgressEvent, Status};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -146,5 +146,184 @@ async fn shutdown_deadline_kills_ffmpeg_and_redelivers() {
     assert_eq!(
         (r.media_id.as_deref(), r.status),
         (Some("vid-long"), Status::Completed)
+    );
+}
+
+/// What ffprobe reads in a file: `codec,width,height` of its video stream.
+fn video_stream(path: &std::path::Path) -> String {
+    let probe = Command::new("ffprobe")
+        .args(["-v", "error", "-select_streams", "v:0"])
+        .args([
+            "-show_entries",
+            "stream=codec_name,width,height",
+            "-of",
+            "csv=p=0",
+        ])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&probe.stdout).trim().to_owned()
+}
+
+/// A worker killed (SIGKILL) after the first rendition of a video landed: the request is
+/// redelivered, the next worker encodes only the missing rung, and its response equals an
+/// uninterrupted run's (the same request redone with `force`). Without
+/// `KAFKA_PROGRESS_TOPIC`, no progress event is published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_after_the_first_rendition_resumes_with_the_missing_rung() {
+    let stack = Stack::start(1).await;
+    let progress_topic = "media.optimize.progress";
+    stack.broker.create_topic(progress_topic, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let video = synthetic_video(dir.path(), 10, 1280, 720);
+    stack.upload_file("clip.mp4", &video).await;
+    // The second rung cannot land yet: s3s-fs cannot write an object where a directory is.
+    let out = stack
+        .s3
+        .data_dir()
+        .join(OUTPUT_BUCKET)
+        .join("user-1/videos/vid-r");
+    let blocker = out.join("mp4/480p.mp4");
+    std::fs::create_dir_all(blocker.join("in-the-way")).unwrap();
+    let env = stack.worker_env("g-resume");
+    let mut first = Worker::start(&env);
+    first.wait_ready();
+    let responses = stack.responses();
+    let mut req = request("vid-r", "clip.mp4");
+    req.media_type = Some(MediaType::Video);
+    stack.send(&req).await;
+
+    let record = out.join("renditions.json");
+    let landed: serde_json::Value = wait_for("the first rendition recorded", 2 * MINUTE, || {
+        serde_json::from_slice(&std::fs::read(&record).ok()?).ok()
+    });
+    first.kill9();
+    first.wait_exit(MINUTE);
+    let keys: Vec<&str> = landed["renditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["user-1/videos/vid-r/mp4/720p.mp4"]);
+    assert_eq!(
+        stack.response_count(),
+        0,
+        "the killed worker never answered"
+    );
+
+    std::fs::remove_dir_all(&blocker).unwrap();
+    let second = Worker::start(&env);
+    second.wait_ready();
+    let resumed = responses.take(1, 3 * MINUTE).remove(0).body;
+    assert_eq!(resumed.status, Status::Completed, "{:?}", resumed.error);
+    let renditions = |origin: &str| {
+        second.metric(&format!(
+            "media_worker_video_renditions_total{{origin=\"{origin}\"}}"
+        ))
+    };
+    assert_eq!(
+        (renditions("encoded"), renditions("resumed")),
+        (Some(1.0), Some(1.0)),
+        "{}",
+        second.log()
+    );
+    // ffmpeg wrote one rung's media time (10 s), not two.
+    let encoded = second
+        .metric("media_worker_video_encoded_seconds_total")
+        .unwrap();
+    assert!((9.0..=11.0).contains(&encoded), "{encoded}");
+
+    // The same request redone from scratch: every rung encoded, the same response.
+    req.force = true;
+    stack.send(&req).await;
+    let full = responses.take(1, 3 * MINUTE).remove(0).body;
+    assert_eq!(full.status, Status::Completed, "{:?}", full.error);
+    assert_eq!(renditions("encoded"), Some(3.0));
+    assert_eq!(resumed.outputs, full.outputs);
+    assert_eq!(resumed.analysis, full.analysis);
+    assert_eq!(resumed.warnings, full.warnings);
+    let sizes: Vec<String> = resumed
+        .outputs
+        .iter()
+        .filter(|o| o.role == "rendition")
+        .map(|o| format!("h264,{},{}", o.width, o.height))
+        .collect();
+    assert_eq!(sizes, ["h264,1280,720", "h264,854,480"]);
+    for o in resumed.outputs.iter().filter(|o| o.role == "rendition") {
+        let (bytes, _, _) = stack.get(OUTPUT_BUCKET, &o.key).await;
+        assert_eq!(bytes.len() as u64, o.size_bytes, "{}", o.key);
+        let local = dir.path().join("out.mp4");
+        std::fs::write(&local, &bytes).unwrap();
+        assert_eq!(
+            video_stream(&local),
+            format!("h264,{},{}", o.width, o.height)
+        );
+    }
+    assert!(stack.records(progress_topic).is_empty());
+    assert_eq!(
+        second.metric("media_worker_progress_events_total{result=\"published\"}"),
+        Some(0.0)
+    );
+}
+
+/// With `KAFKA_PROGRESS_TOPIC` set, a video job's progress events carry its ids, arrive in
+/// order, advance by a step or a heartbeat each (the rate bound) and all precede the response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_events_arrive_in_order_within_the_rate_bound_before_the_response() {
+    let stack = Stack::start(1).await;
+    let topic = "media.optimize.progress";
+    stack.broker.create_topic(topic, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let video = synthetic_video(dir.path(), 20, 1280, 720);
+    stack.upload_file("clip.mp4", &video).await;
+    let mut env = stack.worker_env("g-progress");
+    env.insert("KAFKA_PROGRESS_TOPIC".into(), topic.into());
+    env.insert("MEDIA_WORKER_KAFKA__PROGRESS_DELAY_SECS".into(), "0".into());
+    env.insert(
+        "MEDIA_WORKER_KAFKA__PROGRESS_INTERVAL_SECS".into(),
+        "2".into(),
+    );
+    let worker = Worker::start(&env);
+    worker.wait_ready();
+    let responses = stack.responses();
+    let mut req = request("vid-p", "clip.mp4");
+    req.media_type = Some(MediaType::Video);
+    stack.send(&req).await;
+    let r = responses.take(1, 3 * MINUTE).remove(0).body;
+    assert_eq!(r.status, Status::Completed, "{:?}", r.error);
+
+    let events = stack.records(topic);
+    let answered_at = stack.records(&stack.response_topic)[0].2;
+    assert!(events.len() >= 5, "{events:?}");
+    let mut last: Option<ProgressEvent> = None;
+    for (key, json, at) in &events {
+        let e: ProgressEvent = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!((key.as_str(), e.media_id.as_str()), ("vid-p", "vid-p"));
+        assert_eq!(
+            (e.request_id.as_str(), e.status.as_str()),
+            (req.request_id.as_str(), "progressing")
+        );
+        assert!((0.0..1.0).contains(&e.progress), "{e:?}");
+        assert!(*at <= answered_at, "an event after the response: {e:?}");
+        if let Some(prev) = &last {
+            let step = e.progress - prev.progress;
+            let quiet = e.elapsed_ms - prev.elapsed_ms;
+            assert!(step >= 0.0, "progress went back: {prev:?} → {e:?}");
+            assert!(
+                step >= 0.1 - 1e-3 || quiet >= 2_000 - 50,
+                "over the rate bound: {prev:?} → {e:?}"
+            );
+        }
+        last = Some(e);
+    }
+    let stages: Vec<String> = events
+        .iter()
+        .map(|(_, j, _)| j["stage"].to_string())
+        .collect();
+    assert!(stages.iter().any(|s| s == "\"transform\""), "{stages:?}");
+    assert_eq!(
+        worker.metric("media_worker_progress_events_total{result=\"published\"}"),
+        Some(events.len() as f64)
     );
 }

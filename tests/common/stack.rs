@@ -158,6 +158,43 @@ impl Stack {
         high
     }
 
+    /// Every record of partition 0 of `topic`, from the start to its high watermark: (key,
+    /// JSON payload, create time in ms).
+    pub fn records(&self, topic: &str) -> Vec<(String, serde_json::Value, i64)> {
+        use rdkafka::Message;
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.broker.bootstrap())
+            .set("group.id", format!("reader-{}", fastrand::u64(..)))
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let (_, high) = c
+            .fetch_watermarks(topic, 0, Duration::from_secs(10))
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, 0, Offset::Beginning)
+            .unwrap();
+        c.assign(&tpl).unwrap();
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while (got.len() as i64) < high {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "read {} of {high} records of {topic}",
+                got.len()
+            );
+            if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+                got.push((
+                    String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+                    serde_json::from_slice(m.payload().expect("payload")).expect("JSON"),
+                    m.timestamp().to_millis().expect("create time"),
+                ));
+            }
+        }
+        close_within(c, "topic reader");
+        got
+    }
+
     /// Reads the response topic from the start.
     pub fn responses(&self) -> Responses {
         let c: BaseConsumer = ClientConfig::new()

@@ -26,6 +26,11 @@ impl S3 {
         s
     }
 
+    /// Where s3s-fs keeps the objects: `{dir}/{bucket}/{key}`.
+    pub fn data_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("data")
+    }
+
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
