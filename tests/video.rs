@@ -225,7 +225,16 @@ fn progress_and_the_time_limit_are_reported() {
             _ => None,
         })
         .collect();
-    assert_eq!(stages, [Stage::Probe, Stage::Analyze, Stage::Transform]);
+    // The poster is chosen (analyze) from frames of the ladder's run, then made (transform).
+    assert_eq!(
+        stages,
+        [
+            Stage::Probe,
+            Stage::Transform,
+            Stage::Analyze,
+            Stage::Transform
+        ]
+    );
     assert!(
         events
             .iter()
@@ -284,12 +293,12 @@ fn a_timeout_kills_ffmpeg_and_leaves_no_process() {
 #[test]
 fn a_failed_poster_degrades_the_job() {
     let dir = tempfile::tempdir().unwrap();
-    // Fault injection: an ffmpeg that refuses to write images (frame extraction) and runs the
-    // real one otherwise.
+    // Fault injection: an ffmpeg whose poster frames come out unreadable (the renditions of the
+    // same run are fine).
     let shim = dir.path().join("ffmpeg");
     std::fs::write(
         &shim,
-        "#!/bin/sh\ncase \"$*\" in *image2*) echo 'injected failure' >&2; exit 1;; esac\nexec ffmpeg \"$@\"\n",
+        "#!/bin/sh\nffmpeg \"$@\"; rc=$?\nfor f in frame-*.png; do echo 'injected failure' > \"$f\"; done\nexit $rc\n",
     )
     .unwrap();
     let mut perms = std::fs::metadata(&shim).unwrap().permissions();
@@ -307,11 +316,7 @@ fn a_failed_poster_degrades_the_job() {
             .collect::<Vec<_>>(),
         ["poster_failed"]
     );
-    assert!(
-        o.warnings[0].message.contains("injected failure"),
-        "{:?}",
-        o.warnings
-    );
+    assert!(!o.warnings[0].message.is_empty(), "{:?}", o.warnings);
     assert_eq!(renditions(&o).len(), 1, "the video still ships");
     assert!(o.files.iter().all(|f| f.role != "poster"));
     let a = o.analysis.as_ref().and_then(|a| a.video()).unwrap();
