@@ -27,3 +27,32 @@ pub fn synthetic_video(dir: &Path, secs: u32, w: u32, h: u32) -> PathBuf {
     assert!(status.success());
     out
 }
+
+/// A test pattern encoded as a phone records: 30 fps, H.264 High with CABAC and B-frames at
+/// 12 Mbit/s, AAC. Its decode costs what a real upload's does (the `ultrafast` clips of
+/// [`synthetic_video`] decode several times cheaper).
+pub fn camera_like_video(dir: &Path, secs: u32, w: u32, h: u32) -> PathBuf {
+    let out = dir.join(format!("camera-like-{secs}s-{w}x{h}.mp4"));
+    let status = Command::new("ffmpeg")
+        .args(["-v", "error", "-y", "-f", "lavfi", "-i"])
+        .arg(format!("testsrc2=size={w}x{h}:rate=30:duration={secs}"))
+        .args(["-f", "lavfi", "-i"])
+        .arg(format!("sine=duration={secs}"))
+        .args([
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-profile:v",
+            "high",
+        ])
+        .args([
+            "-b:v", "12M", "-maxrate", "15M", "-bufsize", "24M", "-pix_fmt", "yuv420p",
+        ])
+        .args(["-c:a", "aac", "-shortest"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    out
+}
