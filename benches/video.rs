@@ -196,71 +196,30 @@ fn plain_rung(
     crf: u8,
     dir: &Path,
 ) {
-    let s = &job.video;
     let scale = if probe.width >= probe.height {
         format!("scale=-2:{height}")
     } else {
         format!("scale={height}:-2")
     };
     let vf = format!("{scale},{}", transcode::to_sdr(probe));
-    let threads = job.ffmpeg_threads.to_string();
-    let mut cmd = Command::new(&s.ffmpeg);
-    cmd.args([
-        "-hide_banner",
-        "-nostdin",
-        "-v",
-        "error",
-        "-y",
-        "-threads",
-        &threads,
-    ])
-    .args(ffprobe::input_args(probe.demuxer, input))
-    .args([
-        "-map",
-        "0:v:0",
-        "-map",
-        "0:a:0?",
-        "-map_metadata",
-        "-1",
-        "-vf",
-        &vf,
-    ])
-    .args([
-        "-c:v",
-        "libx264",
-        "-preset",
-        &s.preset,
-        "-crf",
-        &crf.to_string(),
-    ])
-    .args([
-        "-pix_fmt",
-        "yuv420p",
-        "-profile:v",
-        "high",
-        "-threads",
-        &threads,
-    ]);
-    if probe.hdr {
-        cmd.args([
-            "-color_primaries",
-            "bt709",
-            "-color_trc",
-            "bt709",
-            "-colorspace",
-            "bt709",
-        ]);
-    }
-    cmd.args([
-        "-c:a",
-        "aac",
-        "-b:a",
-        &format!("{}k", s.audio_bitrate_kbps),
-        "-ac",
-        "2",
-    ])
-    .args(["-movflags", "+faststart", "-f", "mp4"])
-    .arg(dir.join(format!("{height}p.mp4")));
+    let threads = job.ffmpeg_threads;
+    let mut cmd = Command::new(&job.video.ffmpeg);
+    cmd.args(["-hide_banner", "-nostdin", "-v", "error", "-y"])
+        .args(["-threads", &threads.to_string()])
+        .args(ffprobe::input_args(probe.demuxer, input))
+        .args([
+            "-map",
+            "0:v:0",
+            "-map",
+            "0:a:0?",
+            "-map_metadata",
+            "-1",
+            "-vf",
+            &vf,
+        ])
+        .args(transcode::encoder_args(&job.video, threads, probe, crf))
+        .args(["-movflags", "+faststart", "-f", "mp4"])
+        .arg(dir.join(format!("{height}p.mp4")));
     let ok = cmd.stdout(Stdio::null()).status().unwrap().success();
     assert!(ok, "plain ffmpeg failed on {}", input.display());
 }

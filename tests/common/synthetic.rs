@@ -7,24 +7,7 @@ use std::process::Command;
 /// sources, so tests can have inputs long enough to interrupt).
 pub fn synthetic_video(dir: &Path, secs: u32, w: u32, h: u32) -> PathBuf {
     let out = dir.join(format!("synthetic-{secs}s-{w}x{h}.mp4"));
-    let status = Command::new("ffmpeg")
-        .args(["-v", "error", "-y", "-f", "lavfi", "-i"])
-        .arg(format!("testsrc2=size={w}x{h}:rate=25:duration={secs}"))
-        .args(["-f", "lavfi", "-i"])
-        .arg(format!("sine=duration={secs}"))
-        .args([
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-c:a",
-            "aac",
-            "-shortest",
-        ])
-        .arg(&out)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    lavfi_video(&out, secs, w, h, 25, &["-preset", "ultrafast"]);
     out
 }
 
@@ -33,26 +16,30 @@ pub fn synthetic_video(dir: &Path, secs: u32, w: u32, h: u32) -> PathBuf {
 /// [`synthetic_video`] decode several times cheaper).
 pub fn camera_like_video(dir: &Path, secs: u32, w: u32, h: u32) -> PathBuf {
     let out = dir.join(format!("camera-like-{secs}s-{w}x{h}.mp4"));
+    let h264 = [
+        "-preset",
+        "veryfast",
+        "-profile:v",
+        "high",
+        "-pix_fmt",
+        "yuv420p",
+    ];
+    let rate = ["-b:v", "12M", "-maxrate", "15M", "-bufsize", "24M"];
+    lavfi_video(&out, secs, w, h, 30, &[&h264[..], &rate[..]].concat());
+    out
+}
+
+fn lavfi_video(out: &Path, secs: u32, w: u32, h: u32, fps: u32, x264: &[&str]) {
     let status = Command::new("ffmpeg")
         .args(["-v", "error", "-y", "-f", "lavfi", "-i"])
-        .arg(format!("testsrc2=size={w}x{h}:rate=30:duration={secs}"))
+        .arg(format!("testsrc2=size={w}x{h}:rate={fps}:duration={secs}"))
         .args(["-f", "lavfi", "-i"])
         .arg(format!("sine=duration={secs}"))
-        .args([
-            "-c:v",
-            "libx264",
-            "-preset",
-            "veryfast",
-            "-profile:v",
-            "high",
-        ])
-        .args([
-            "-b:v", "12M", "-maxrate", "15M", "-bufsize", "24M", "-pix_fmt", "yuv420p",
-        ])
+        .args(["-c:v", "libx264"])
+        .args(x264)
         .args(["-c:a", "aac", "-shortest"])
-        .arg(&out)
+        .arg(out)
         .status()
         .unwrap();
     assert!(status.success());
-    out
 }

@@ -118,57 +118,42 @@ pub fn args(
     let rungs: Vec<Rendition> = outputs.rungs.iter().map(|(r, _)| *r).collect();
     let times: Vec<Duration> = outputs.frames.iter().map(|(t, _)| *t).collect();
     let graph = filter_graph(probe, &rungs, &times);
-    let threads = threads.to_string();
-    let bitrate = format!("{}k", settings.audio_bitrate_kbps);
     let ext = |a: &mut Vec<OsString>, args: &[&str]| a.extend(args.iter().map(OsString::from));
     let mut a = Vec::new();
     ext(
         &mut a,
         &["-hide_banner", "-nostdin", "-v", "error", "-xerror", "-y"],
     );
-    ext(&mut a, &["-threads", &threads]);
+    let t = threads.to_string();
+    ext(&mut a, &["-threads", &t]);
     a.extend(super::ffprobe::input_args(probe.demuxer, input));
     ext(
         &mut a,
-        &[
-            "-filter_complex_threads",
-            &threads,
-            "-filter_complex",
-            &graph,
-        ],
+        &["-filter_complex_threads", &t, "-filter_complex", &graph],
     );
     ext(&mut a, &["-progress", "pipe:1", "-nostats"]);
     for (i, (rung, out)) in outputs.rungs.iter().enumerate() {
-        let (map, crf) = (format!("[v{i}]"), rung.crf.to_string());
-        let mut o = vec!["-map", &map, "-map_metadata", "-1", "-map_chapters", "-1"];
-        o.extend(["-c:v", "libx264", "-preset", &settings.preset, "-crf", &crf]);
-        o.extend([
-            "-pix_fmt",
-            "yuv420p",
-            "-profile:v",
-            "high",
-            "-threads",
-            &threads,
-        ]);
-        if probe.hdr {
-            o.extend(["-color_primaries", "bt709", "-color_trc", "bt709"]);
-            o.extend(["-colorspace", "bt709"]);
-        }
+        let map = format!("[v{i}]");
+        ext(
+            &mut a,
+            &["-map", &map, "-map_metadata", "-1", "-map_chapters", "-1"],
+        );
         if probe.audio_codec.is_some() {
-            o.extend(["-map", "0:a:0", "-c:a", "aac", "-b:a", &bitrate, "-ac", "2"]);
-        } else {
-            o.push("-an");
+            ext(&mut a, &["-map", "0:a:0"]);
         }
+        a.extend(encoder_args(settings, threads, probe, rung.crf));
         // No metadata of the source, and none of ours either (bitexact: no encoder tag).
-        o.extend([
-            "-fflags",
-            "+bitexact",
-            "-movflags",
-            "+faststart",
-            "-f",
-            "mp4",
-        ]);
-        ext(&mut a, &o);
+        ext(
+            &mut a,
+            &[
+                "-fflags",
+                "+bitexact",
+                "-movflags",
+                "+faststart",
+                "-f",
+                "mp4",
+            ],
+        );
         a.push(out.into());
     }
     for (i, (_, out)) in outputs.frames.iter().enumerate() {
@@ -184,6 +169,37 @@ pub fn args(
         a.push(out.into());
     }
     a
+}
+
+/// The encoders of one rung: H.264 High yuv420p at the rung's CRF (BT.709 tags after tone
+/// mapping), AAC stereo, or no audio when the source has none.
+pub fn encoder_args(
+    settings: &VideoSettings,
+    threads: usize,
+    probe: &VideoProbe,
+    crf: u8,
+) -> Vec<OsString> {
+    let (threads, crf) = (threads.to_string(), crf.to_string());
+    let bitrate = format!("{}k", settings.audio_bitrate_kbps);
+    let mut o = vec!["-c:v", "libx264", "-preset", &settings.preset, "-crf", &crf];
+    o.extend([
+        "-pix_fmt",
+        "yuv420p",
+        "-profile:v",
+        "high",
+        "-threads",
+        &threads,
+    ]);
+    if probe.hdr {
+        o.extend(["-color_primaries", "bt709", "-color_trc", "bt709"]);
+        o.extend(["-colorspace", "bt709"]);
+    }
+    if probe.audio_codec.is_some() {
+        o.extend(["-c:a", "aac", "-b:a", &bitrate, "-ac", "2"]);
+    } else {
+        o.push("-an");
+    }
+    o.into_iter().map(OsString::from).collect()
 }
 
 /// How long one ffmpeg run over this input may take.
