@@ -833,8 +833,9 @@ mod tests {
         }
         // The documented short names are aliases: the same value by either name, the same
         // settings (keys without a default are optional ones).
-        const OPTIONAL: [&str; 6] = [
+        const OPTIONAL: [&str; 7] = [
             "kafka.group_instance_id",
+            "kafka.progress_topic",
             "worker.id",
             "worker.sandbox_program",
             "api.addr",

@@ -128,6 +128,9 @@ pub struct FrameScore {
     pub contrast: f64,
     pub sharpness: f64,
     pub faces: u32,
+    /// Where a crop should centre, as fractions of the width and height: the faces, else the
+    /// most detailed region (as `see` finds it). Only when faces are looked for.
+    pub focal: Option<(f64, f64)>,
 }
 
 impl FrameScore {
@@ -153,15 +156,38 @@ pub fn frame_score(
     on_working_copy(decoded, cfg, |rgb| {
         let gray = rgb.gray()?;
         let (brightness, contrast) = vision::brightness(&gray)?;
+        let sharpness = vision::blur_score(&gray, cfg.blur_side as i32)?;
+        if !faces {
+            return Ok(FrameScore {
+                brightness,
+                contrast,
+                sharpness,
+                faces: 0,
+                focal: None,
+            });
+        }
+        let found: Vec<Rect> = vision::faces(&gray, cfg)?
+            .iter()
+            .map(|r| Rect {
+                x: r.x as u32,
+                y: r.y as u32,
+                width: r.width as u32,
+                height: r.height as u32,
+            })
+            .collect();
+        let focal = match focal_of_faces(&found) {
+            Some(p) => (
+                p.x as f64 / rgb.width as f64,
+                p.y as f64 / rgb.height as f64,
+            ),
+            None => vision::attention(&gray)?,
+        };
         Ok(FrameScore {
             brightness,
             contrast,
-            sharpness: vision::blur_score(&gray, cfg.blur_side as i32)?,
-            faces: if faces {
-                vision::faces(&gray, cfg)?.len() as u32
-            } else {
-                0
-            },
+            sharpness,
+            faces: found.len() as u32,
+            focal: Some(focal),
         })
     })
 }

@@ -11,7 +11,7 @@ use super::settings::{AnalysisSettings, MediaJob, Profile};
 use super::sniff;
 use super::transform;
 use super::vips;
-use crate::contract::{Analysis, MediaType, Stage, Warning};
+use crate::contract::{Analysis, MediaType, Point, Stage, Warning};
 
 /// The image pipeline. The input is decoded once, at the start of analyze (or of transform,
 /// without analysis).
@@ -64,6 +64,31 @@ pub(crate) fn run(
         files: transformed.files,
         analysis: analysis.map(Analysis::Image),
         warnings,
+    })
+}
+
+/// The outputs of a frame its caller has analysed already (a video's poster, whose focal
+/// point, as fractions of its size, came with its score): no analysis here.
+pub(crate) fn outputs(
+    job: &MediaJob,
+    input: &Path,
+    format: sniff::ImageFormat,
+    out_dir: &Path,
+    focal: Option<(f64, f64)>,
+) -> Result<MediaOutput, MediaFailure> {
+    let probe = probe::run(input, format, &job.limits).map_err(at(Stage::Probe))?;
+    let (decoded, shared) = decode_image(input, &probe, &job.profile, None)?;
+    let focal = focal.map(|(fx, fy)| Point {
+        x: (fx * probe.width as f64) as u32,
+        y: (fy * probe.height as f64) as u32,
+    });
+    let transformed = transform::run(&decoded, shared, &probe, &job.profile, focal, out_dir)
+        .map_err(at(Stage::Transform))?;
+    Ok(MediaOutput {
+        media_type: MediaType::Image,
+        files: transformed.files,
+        analysis: None,
+        warnings: transformed.warnings,
     })
 }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 pub use child::{exits_within, kill_all};
 
 use super::control::{Control, Event};
-use super::error::{MediaError, MediaFailure, at, unwind};
+use super::error::{MediaError, MediaFailure, at};
 use super::output::{FileFormat, MediaOutput, ProducedFile, Role};
 use super::settings::{MediaJob, Rendition};
 use super::sniff::Container;
@@ -59,12 +59,8 @@ fn run(
         .filter(|r| !job.resume.contains(&r.height))
         .map(|r| (r, out_dir.join(rendition_name(r.height))))
         .collect();
-    let frames: Vec<(Duration, PathBuf)> = if job.profile.poster {
+    let frames = if job.profile.poster {
         poster::candidate_times(probe.duration, job.video.poster_candidates)
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| (t, work.join(format!("frame-{i}.png"))))
-            .collect()
     } else {
         Vec::new()
     };
@@ -80,12 +76,25 @@ fn run(
         code: "poster_failed".into(),
         message,
     };
+    let mut chooser = poster::Chooser::new(job, &frames, work);
     if !rungs.is_empty() || !frames.is_empty() {
         let outputs = transcode::Outputs {
             rungs: &rungs,
             frames: &frames,
+            frame_dir: work,
         };
-        match encode(job, &probe, input, &outputs, run_limit, work, ctl) {
+        // The candidates are scored as they come, while ffmpeg encodes.
+        let mut scoring = || chooser.poll();
+        match encode(
+            job,
+            &probe,
+            input,
+            &outputs,
+            run_limit,
+            work,
+            ctl,
+            &mut scoring,
+        ) {
             Ok(written) => {
                 for (r, path) in &rungs {
                     files.push(rendition(&probe, r.height, path, written)?);
@@ -100,11 +109,11 @@ fn run(
     let mut poster_time = None;
     if job.profile.poster && warnings.is_empty() {
         ctl.emit(Event::Stage(Stage::Analyze));
-        let chosen = unwind(|| poster::choose(job, &frames));
+        let chosen = chooser.finish();
         ctl.emit(Event::Stage(Stage::Transform));
         let outputs = chosen.and_then(|p| {
             poster_time = Some(p.time);
-            poster_outputs(job, &p.path, out_dir, ctl)
+            poster_outputs(job, &p, out_dir)
         });
         match outputs {
             Ok((outputs, mut more)) => {
@@ -143,7 +152,9 @@ pub fn rendition_name(height: u32) -> String {
     format!("mp4/{height}p.mp4")
 }
 
-/// The one ffmpeg run writing `outputs`, with progress reports; how much media time it wrote.
+/// The one ffmpeg run writing `outputs`, with progress reports; `between` runs after each
+/// report, while ffmpeg goes on. How much media time the run wrote.
+#[allow(clippy::too_many_arguments)]
 pub fn encode(
     job: &MediaJob,
     probe: &VideoProbe,
@@ -152,6 +163,7 @@ pub fn encode(
     limit: Duration,
     work: &Path,
     ctl: &mut Control,
+    between: &mut dyn FnMut(),
 ) -> Result<Duration, MediaFailure> {
     for (_, out) in outputs.rungs {
         std::fs::create_dir_all(out.parent().expect("has a parent"))
@@ -179,6 +191,7 @@ pub fn encode(
             let part = (t.as_secs_f64() / d.as_secs_f64()).min(1.0);
             ctl.emit(Event::Progress(part as f32));
         }
+        between();
     })
     .map_err(|e| at(Stage::Transform)(ffmpeg_error(e)))?;
     Ok(written)
@@ -218,22 +231,17 @@ fn rendition(
     })
 }
 
-/// The poster frame through the image pipeline, under `poster/`.
+/// The poster frame through the image outputs, under `poster/`. Scoring analysed it already
+/// (its faces give the thumbnail's focal point): it is not analysed again.
 fn poster_outputs(
     job: &MediaJob,
-    frame: &Path,
+    poster: &poster::Poster,
     out_dir: &Path,
-    ctl: &mut Control,
 ) -> Result<(Vec<ProducedFile>, Vec<Warning>), String> {
     let dir = out_dir.join("poster");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    // Its stages are part of this job's transform stage: not reported again.
-    let mut quiet = |_: Event| {};
-    let mut inner = Control {
-        cancel: ctl.cancel.clone(),
-        on_event: &mut quiet,
-    };
-    let out = super::image::run(job, frame, super::sniff::ImageFormat::Png, &dir, &mut inner)
+    let format = super::sniff::ImageFormat::Png;
+    let out = super::image::outputs(job, &poster.path, format, &dir, poster.score.focal)
         .map_err(|f| f.error.to_string())?;
     let files = out
         .files

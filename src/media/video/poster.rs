@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::transcode;
 use crate::media::analyze::{self, FrameScore};
+use crate::media::error::unwind;
 use crate::media::probe::Colour;
 use crate::media::settings::MediaJob;
 use crate::media::sniff::ImageFormat;
@@ -31,29 +33,71 @@ pub fn candidate_times(duration: Option<Duration>, n: u32) -> Vec<Duration> {
         .collect()
 }
 
-/// Scores the candidate frames (those the run wrote); the best one, or why there is none.
-pub fn choose(job: &MediaJob, frames: &[(Duration, PathBuf)]) -> Result<Poster, String> {
-    let mut best: Option<Poster> = None;
-    let mut last_error = None;
-    for (time, path) in frames {
-        // A time past the end gives no frame.
-        if std::fs::metadata(path).map_or(true, |m| m.len() == 0) {
-            continue;
-        }
-        match score(job, path) {
-            Ok(score) => {
-                if best.as_ref().is_none_or(|b| score.rank(&b.score).is_gt()) {
-                    best = Some(Poster {
-                        path: path.clone(),
-                        time: *time,
-                        score,
-                    });
-                }
-            }
-            Err(e) => last_error = Some(e),
+/// Scores the candidate frames in time order as the ladder's run writes them (each file
+/// appears whole: ffmpeg writes it atomically), so that most are scored while ffmpeg still
+/// encodes; [`Chooser::finish`] scores the rest and picks.
+pub struct Chooser<'a> {
+    job: &'a MediaJob,
+    /// The candidates' times (see `transcode::frame_file`).
+    frames: &'a [Duration],
+    dir: &'a Path,
+    /// The first candidate not scored yet.
+    next: usize,
+    best: Option<Poster>,
+    last_error: Option<String>,
+}
+
+impl<'a> Chooser<'a> {
+    pub fn new(job: &'a MediaJob, frames: &'a [Duration], dir: &'a Path) -> Self {
+        Chooser {
+            job,
+            frames,
+            dir,
+            next: 0,
+            best: None,
+            last_error: None,
         }
     }
-    best.ok_or_else(|| last_error.unwrap_or_else(|| "no frame could be extracted".to_owned()))
+
+    /// Scores the candidates written so far.
+    pub fn poll(&mut self) {
+        while self.next < self.frames.len() {
+            if !transcode::frame_file(self.dir, self.next).exists() {
+                return;
+            }
+            self.score_next();
+        }
+    }
+
+    /// Once the run has ended: the best frame (a time past the end gives none), or why there
+    /// is none.
+    pub fn finish(mut self) -> Result<Poster, String> {
+        while self.next < self.frames.len() {
+            self.score_next();
+        }
+        let no_frame = || "no frame could be extracted".to_owned();
+        self.best
+            .ok_or_else(|| self.last_error.unwrap_or_else(no_frame))
+    }
+
+    fn score_next(&mut self) {
+        let time = self.frames[self.next];
+        let path = transcode::frame_file(self.dir, self.next);
+        self.next += 1;
+        if std::fs::metadata(&path).map_or(true, |m| m.len() == 0) {
+            return;
+        }
+        // Native code: a panic costs the poster only.
+        match unwind(|| score(self.job, &path)) {
+            Ok(score) => {
+                let better = |b: &Poster| score.rank(&b.score).is_gt();
+                if self.best.as_ref().is_none_or(better) {
+                    self.best = Some(Poster { path, time, score });
+                }
+            }
+            Err(e) => self.last_error = Some(e),
+        }
+    }
 }
 
 fn score(job: &MediaJob, frame: &Path) -> Result<FrameScore, String> {

@@ -66,12 +66,41 @@ pub fn to_sdr(probe: &VideoProbe) -> &'static str {
 /// What one ffmpeg run writes: renditions (tallest first) and poster candidate frames.
 pub struct Outputs<'a> {
     pub rungs: &'a [(Rendition, PathBuf)],
-    /// One frame at (the first frame from) each time, upright, SDR, as RGB PNG.
-    pub frames: &'a [(Duration, PathBuf)],
+    /// Poster candidates: the first frame from each time (ascending), upright, SDR, as RGB PNG,
+    /// written to [`frame_file`]`(frame_dir, i)`.
+    pub frames: &'a [Duration],
+    pub frame_dir: &'a Path,
 }
 
-/// The filter graph of a run: the source split once into the ladder (`[v0]`, ...) and a
-/// branch per candidate frame (`[c0]`, ...). The tallest rung is scaled from the source (and
+/// Where candidate `i` is written. The k-th frame selected is candidate k: between two
+/// candidate times (a fifth of the video apart by default) there is always a frame, so only
+/// candidates past the end are missing, and they are the last ones.
+pub fn frame_file(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("frame-{i}.png"))
+}
+
+/// `select`'s expression for the first frame at or after each of `times` (ascending).
+fn first_frames_from(times: &[Duration]) -> String {
+    let ts: Vec<String> = times
+        .iter()
+        .map(|t| format!("{:.3}", t.as_secs_f64()))
+        .collect();
+    let terms: Vec<String> = ts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let before_next = ts.get(i + 1).map(|n| format!("*lt(t\\,{n})"));
+            format!(
+                "gte(t\\,{t}){}*not(gte(prev_selected_t\\,{t}))",
+                before_next.unwrap_or_default()
+            )
+        })
+        .collect();
+    terms.join("+")
+}
+
+/// The filter graph of a run: the source split once into the ladder (`[v0]`, ...) and the
+/// poster candidates (`[c]`). The tallest rung is scaled from the source (and
 /// tone-mapped there, once, for HDR), each smaller one from the tallest: scaling from 720p
 /// rather than 1080p costs less, for an SSIM against the source within 0.0001 (`make bench`).
 pub fn filter_graph(probe: &VideoProbe, rungs: &[Rendition], frames: &[Duration]) -> String {
@@ -92,11 +121,11 @@ pub fn filter_graph(probe: &VideoProbe, rungs: &[Rendition], frames: &[Duration]
             chains.push(format!("[s{i}]scale={w}:{h}[v{i}]"));
         }
     }
-    for (i, t) in frames.iter().enumerate() {
-        heads.push(format!("[f{i}]"));
+    if !frames.is_empty() {
+        heads.push("[f]".to_owned());
         chains.push(format!(
-            "[f{i}]trim=start={:.3},select=eq(n\\,0),{},format=rgb24[c{i}]",
-            t.as_secs_f64(),
+            "[f]select={},{},format=rgb24[c]",
+            first_frames_from(frames),
             to_sdr(probe)
         ));
     }
@@ -116,8 +145,7 @@ pub fn args(
     outputs: &Outputs,
 ) -> Vec<OsString> {
     let rungs: Vec<Rendition> = outputs.rungs.iter().map(|(r, _)| *r).collect();
-    let times: Vec<Duration> = outputs.frames.iter().map(|(t, _)| *t).collect();
-    let graph = filter_graph(probe, &rungs, &times);
+    let graph = filter_graph(probe, &rungs, outputs.frames);
     let ext = |a: &mut Vec<OsString>, args: &[&str]| a.extend(args.iter().map(OsString::from));
     let mut a = Vec::new();
     ext(
@@ -156,17 +184,15 @@ pub fn args(
         );
         a.push(out.into());
     }
-    for (i, (_, out)) in outputs.frames.iter().enumerate() {
-        let map = format!("[c{i}]");
+    if !outputs.frames.is_empty() {
+        ext(&mut a, &["-map", "[c]", "-fps_mode", "passthrough"]);
+        ext(&mut a, &["-c:v", "png", "-compression_level", "1"]);
+        // Whole or not at all: candidates are scored while the run goes on.
         ext(
             &mut a,
-            &["-map", &map, "-frames:v", "1", "-fps_mode", "passthrough"],
+            &["-f", "image2", "-atomic_writing", "1", "-start_number", "0"],
         );
-        ext(
-            &mut a,
-            &["-c:v", "png", "-compression_level", "1", "-f", "image2"],
-        );
-        a.push(out.into());
+        a.push(outputs.frame_dir.join("frame-%d.png").into());
     }
     a
 }
@@ -281,13 +307,13 @@ mod tests {
         let secs = [2, 10].map(Duration::from_secs);
         assert_eq!(
             filter_graph(&probe(1920, 1080), &rungs, &secs),
-            "[0:v:0]split=3[t][f0][f1];\
+            "[0:v:0]split=2[t][f];\
              [t]scale=1280:720,format=yuv420p,split=2[v0][s1];[s1]scale=854:480[v1];\
-             [f0]trim=start=2.000,select=eq(n\\,0),format=yuv420p,format=rgb24[c0];\
-             [f1]trim=start=10.000,select=eq(n\\,0),format=yuv420p,format=rgb24[c1]"
+             [f]select=gte(t\\,2.000)*lt(t\\,10.000)*not(gte(prev_selected_t\\,2.000))\
+             +gte(t\\,10.000)*not(gte(prev_selected_t\\,10.000)),format=yuv420p,format=rgb24[c]"
         );
-        // HDR: tone-mapped once for the ladder, at the tallest rung's size; the poster frames
-        // each on their own.
+        // HDR: tone-mapped once for the ladder, at the tallest rung's size, and once for each
+        // selected candidate.
         let hdr = VideoProbe {
             hdr: true,
             ..probe(1080, 1920)
@@ -295,16 +321,13 @@ mod tests {
         let g = filter_graph(&hdr, &rungs, &secs[..1]);
         assert_eq!(g.matches("tonemap=hable").count(), 2, "{g}");
         assert!(
-            g.starts_with("[0:v:0]split=2[t][f0];[t]scale=720:1280,zscale=t=linear"),
+            g.starts_with("[0:v:0]split=2[t][f];[t]scale=720:1280,zscale=t=linear"),
             "{g}"
         );
         assert!(g.contains("split=2[v0][s1];[s1]scale=480:854[v1]"), "{g}");
         // Only poster frames (every rung resumed).
         let g = filter_graph(&hdr, &[], &secs[..1]);
-        assert!(
-            g.starts_with("[0:v:0]split=1[f0];[f0]trim=start=2.000"),
-            "{g}"
-        );
+        assert!(g.starts_with("[0:v:0]split=1[f];[f]select=gte(t"), "{g}");
     }
 
     #[test]
@@ -314,10 +337,11 @@ mod tests {
             .into_iter()
             .map(|r| (r, PathBuf::from(format!("{}p.mp4", r.height))))
             .collect();
-        let frames = [(Duration::from_secs(1), PathBuf::from("f0.png"))];
+        let frames = [Duration::from_secs(1)];
         let outputs = Outputs {
             rungs: &rungs,
             frames: &frames,
+            frame_dir: Path::new("work"),
         };
         let a = args(&s.video, 2, &probe(640, 360), Path::new("in"), &outputs);
         let a: Vec<String> = a.iter().map(|x| x.to_string_lossy().into_owned()).collect();
@@ -334,7 +358,7 @@ mod tests {
         assert!(
             a.windows(2).any(|w| w == ["-crf", "23"]) && a.windows(2).any(|w| w == ["-crf", "26"])
         );
-        assert!(at("[c0]") < at("f0.png") && at("-frames:v") > at("480p.mp4"));
+        assert!(at("[c]") > at("480p.mp4") && at("[c]") < at("work/frame-%d.png"));
         assert!(a.windows(2).any(|w| w == ["-threads", "2"]));
         assert_eq!(
             progress_time("out_time_us=1500000"),
