@@ -3,10 +3,11 @@
 //! on the same files. Goal: ours ≥ 1.15× faster over all inputs, with equivalent outputs
 //! (same dimensions and duration, SSIM against the source within noise of plain's).
 //!
-//!   cargo bench --bench video [-- --rounds 3 --pool 2]
+//!   cargo bench --bench video [-- --rounds 3 --pool 2 --clip camera|ultrafast]
 //!
 //! Inputs: the corpus videos plus a generated 20 s 1080p30 clip encoded as a phone records
-//! (H.264 High, CABAC, B-frames, 12 Mbit/s). `--pool 2` gives the ffmpeg
+//! (H.264 High, CABAC, B-frames, 12 Mbit/s), or with `--clip ultrafast` the cheap-to-decode
+//! 25 fps test clip of the tests (the bench's input before the one-run ladder). `--pool 2` gives the ffmpeg
 //! thread count of a 2-core worker at pool 2 (one thread). Rounds alternate ours/plain.
 
 use std::path::{Path, PathBuf};
@@ -21,7 +22,6 @@ use media_worker::media::{self, Control, Event, MediaJob, ProducedFile};
 use tokio_util::sync::CancellationToken;
 
 #[path = "../tests/common/synthetic.rs"]
-#[allow(dead_code)]
 mod synthetic;
 mod util;
 
@@ -41,7 +41,11 @@ fn main() {
     let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
     let tmp = tempfile::tempdir().unwrap();
     let mut inputs: Vec<PathBuf> = CORPUS_VIDEOS.iter().map(|f| corpus.join(f)).collect();
-    inputs.push(synthetic::camera_like_video(tmp.path(), 20, 1920, 1080));
+    inputs.push(match arg("--clip", "camera").as_str() {
+        "camera" => synthetic::camera_like_video(tmp.path(), 20, 1920, 1080),
+        "ultrafast" => synthetic::synthetic_video(tmp.path(), 20, 1920, 1080),
+        other => panic!("--clip camera|ultrafast, not {other}"),
+    });
 
     let env = std::env::vars().chain([("WORKER_POOL_SIZE".to_owned(), pool.clone())]);
     let settings = Settings::load_from(None, env).unwrap();

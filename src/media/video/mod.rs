@@ -148,14 +148,14 @@ fn run(
 }
 
 /// A rendition's name, also the last part of its key: `mp4/{height}p.mp4`.
-pub fn rendition_name(height: u32) -> String {
+fn rendition_name(height: u32) -> String {
     format!("mp4/{height}p.mp4")
 }
 
 /// The one ffmpeg run writing `outputs`, with progress reports; `between` runs after each
 /// report, while ffmpeg goes on. How much media time the run wrote.
 #[allow(clippy::too_many_arguments)]
-pub fn encode(
+fn encode(
     job: &MediaJob,
     probe: &VideoProbe,
     input: &Path,
