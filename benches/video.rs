@@ -221,7 +221,10 @@ fn plain_rung(
             "-vf",
             &vf,
         ])
-        .args(transcode::encoder_args(&job.video, threads, probe, crf))
+        .args(transcode::video_encoder_args(
+            &job.video, threads, probe, crf, None,
+        ))
+        .args(transcode::audio_encoder_args(&job.video, probe))
         .args(["-movflags", "+faststart", "-f", "mp4"])
         .arg(dir.join(format!("{height}p.mp4")));
     let ok = cmd.stdout(Stdio::null()).status().unwrap().success();

@@ -298,7 +298,7 @@ fn a_failed_poster_degrades_the_job() {
     let shim = dir.path().join("ffmpeg");
     std::fs::write(
         &shim,
-        "#!/bin/sh\nffmpeg \"$@\"; rc=$?\nfor f in frame-*.png; do echo 'injected failure' > \"$f\"; done\nexit $rc\n",
+        "#!/bin/sh\nffmpeg \"$@\"; rc=$?\nfor f in .work/frame-*.png; do echo 'injected failure' > \"$f\"; done\nexit $rc\n",
     )
     .unwrap();
     let mut perms = std::fs::metadata(&shim).unwrap().permissions();

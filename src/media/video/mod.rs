@@ -34,12 +34,15 @@ pub fn process(
     ctl: &mut Control,
 ) -> Result<MediaOutput, MediaFailure> {
     // ffmpeg's logs and the poster candidates; not uploaded.
-    let work = out_dir.join(".work");
+    let work = out_dir.join(WORK);
     std::fs::create_dir_all(&work).map_err(|e| at(Stage::Probe)(e.into()))?;
     let result = run(job, input, container, out_dir, &work, ctl);
     let _ = std::fs::remove_dir_all(&work);
     result
 }
+
+/// ffmpeg's logs and the poster candidates, in the output directory; not uploaded.
+const WORK: &str = ".work";
 
 fn run(
     job: &MediaJob,
@@ -57,7 +60,7 @@ fn run(
     let rungs: Vec<(Rendition, PathBuf)> = transcode::plan(&job.profile.renditions, &probe)
         .into_iter()
         .filter(|r| !job.resume.contains(&r.height))
-        .map(|r| (r, out_dir.join(rendition_name(r.height))))
+        .map(|r| (r, PathBuf::from(rendition_name(r.height))))
         .collect();
     let frames = if job.profile.poster {
         poster::candidate_times(probe.duration, job.video.poster_candidates)
@@ -78,10 +81,11 @@ fn run(
     };
     let mut chooser = poster::Chooser::new(job, &frames, work);
     if !rungs.is_empty() || !frames.is_empty() {
+        // Names relative to `out_dir`, where ffmpeg runs (no path in its `tee` syntax).
         let outputs = transcode::Outputs {
             rungs: &rungs,
             frames: &frames,
-            frame_dir: work,
+            frame_dir: Path::new(WORK),
         };
         // The candidates are scored as they come, while ffmpeg encodes.
         let mut scoring = || chooser.poll();
@@ -91,13 +95,13 @@ fn run(
             input,
             &outputs,
             run_limit,
-            work,
+            out_dir,
             ctl,
             &mut scoring,
         ) {
             Ok(written) => {
                 for (r, path) in &rungs {
-                    files.push(rendition(&probe, r.height, path, written)?);
+                    files.push(rendition(&probe, r.height, &out_dir.join(path), written)?);
                 }
             }
             // Without renditions to make, a failure costs the poster only.
@@ -153,7 +157,8 @@ fn rendition_name(height: u32) -> String {
 }
 
 /// The one ffmpeg run writing `outputs`, with progress reports; `between` runs after each
-/// report, while ffmpeg goes on. How much media time the run wrote.
+/// report, while ffmpeg goes on. It runs in `out_dir` (the outputs' names are relative to it). How
+/// much media time the run wrote.
 #[allow(clippy::too_many_arguments)]
 fn encode(
     job: &MediaJob,
@@ -161,18 +166,18 @@ fn encode(
     input: &Path,
     outputs: &transcode::Outputs,
     limit: Duration,
-    work: &Path,
+    out_dir: &Path,
     ctl: &mut Control,
     between: &mut dyn FnMut(),
 ) -> Result<Duration, MediaFailure> {
     for (_, out) in outputs.rungs {
-        std::fs::create_dir_all(out.parent().expect("has a parent"))
+        std::fs::create_dir_all(out_dir.join(out).parent().expect("has a parent"))
             .map_err(|e| at(Stage::Transform)(e.into()))?;
     }
     let args = transcode::args(&job.video, job.ffmpeg_threads, probe, input, outputs);
     let mut cmd = Command::new(&job.video.ffmpeg);
-    cmd.args(args).current_dir(work);
-    let log = work.join("ffmpeg.log");
+    cmd.args(args).current_dir(out_dir);
+    let log = out_dir.join(WORK).join("ffmpeg.log");
     // Media time per rendition: a run writing two rungs encodes twice the media time.
     let renditions = outputs.rungs.len() as u32;
     let mut written = Duration::ZERO;

@@ -159,30 +159,46 @@ pub fn args(
         &mut a,
         &["-filter_complex_threads", &t, "-filter_complex", &graph],
     );
-    ext(&mut a, &["-progress", "pipe:1", "-nostats"]);
-    for (i, (rung, out)) in outputs.rungs.iter().enumerate() {
-        let map = format!("[v{i}]");
-        ext(
-            &mut a,
-            &["-map", &map, "-map_metadata", "-1", "-map_chapters", "-1"],
-        );
-        if probe.audio_codec.is_some() {
+    // Reports every 0.2 s (not 0.5): candidates are scored soon after they are written.
+    ext(
+        &mut a,
+        &["-progress", "pipe:1", "-stats_period", "0.2", "-nostats"],
+    );
+    if !outputs.rungs.is_empty() {
+        // The rungs are the streams of one `tee` output, each MP4 taking its video stream and
+        // the one audio stream: the audio is encoded once for the whole ladder.
+        let audio = probe.audio_codec.is_some();
+        let mut slaves = Vec::new();
+        for (i, (rung, out)) in outputs.rungs.iter().enumerate() {
+            ext(&mut a, &["-map", &format!("[v{i}]")]);
+            a.extend(video_encoder_args(
+                settings,
+                threads,
+                probe,
+                rung.crf,
+                Some(i),
+            ));
+            let streams = if audio {
+                format!("v:{i},a")
+            } else {
+                format!("v:{i}")
+            };
+            // No metadata of the source, and none of ours either (bitexact: no encoder tag).
+            slaves.push(format!(
+                "[select=\\'{streams}\\':f=mp4:movflags=+faststart:fflags=+bitexact]{}",
+                out.display()
+            ));
+        }
+        if audio {
             ext(&mut a, &["-map", "0:a:0"]);
         }
-        a.extend(encoder_args(settings, threads, probe, rung.crf));
-        // No metadata of the source, and none of ours either (bitexact: no encoder tag).
+        a.extend(audio_encoder_args(settings, probe));
+        ext(&mut a, &["-map_metadata", "-1", "-map_chapters", "-1"]);
         ext(
             &mut a,
-            &[
-                "-fflags",
-                "+bitexact",
-                "-movflags",
-                "+faststart",
-                "-f",
-                "mp4",
-            ],
+            &["-flags", "+global_header", "-fflags", "+bitexact"],
         );
-        a.push(out.into());
+        ext(&mut a, &["-f", "tee", &slaves.join("|")]);
     }
     if !outputs.frames.is_empty() {
         ext(&mut a, &["-map", "[c]", "-fps_mode", "passthrough"]);
@@ -197,16 +213,17 @@ pub fn args(
     a
 }
 
-/// The encoders of one rung: H.264 High yuv420p at the rung's CRF (BT.709 tags after tone
-/// mapping), AAC stereo, or no audio when the source has none.
-pub fn encoder_args(
+/// A rung's video encoder: H.264 High yuv420p at its CRF (BT.709 tags after tone mapping).
+/// `stream`: its index among the run's video streams (the options apply to it alone), or
+/// None for a run of its own.
+pub fn video_encoder_args(
     settings: &VideoSettings,
     threads: usize,
     probe: &VideoProbe,
     crf: u8,
+    stream: Option<usize>,
 ) -> Vec<OsString> {
     let (threads, crf) = (threads.to_string(), crf.to_string());
-    let bitrate = format!("{}k", settings.audio_bitrate_kbps);
     let mut o = vec!["-c:v", "libx264", "-preset", &settings.preset, "-crf", &crf];
     o.extend([
         "-pix_fmt",
@@ -220,11 +237,27 @@ pub fn encoder_args(
         o.extend(["-color_primaries", "bt709", "-color_trc", "bt709"]);
         o.extend(["-colorspace", "bt709"]);
     }
-    if probe.audio_codec.is_some() {
-        o.extend(["-c:a", "aac", "-b:a", &bitrate, "-ac", "2"]);
-    } else {
-        o.push("-an");
+    let only = stream.map(|i| format!(":v:{i}"));
+    let mut args = Vec::new();
+    for pair in o.chunks(2) {
+        let name = match (&only, pair[0].strip_suffix(":v")) {
+            (Some(only), Some(base)) => format!("{base}{only}"),
+            (Some(only), None) => format!("{}{only}", pair[0]),
+            (None, _) => pair[0].to_owned(),
+        };
+        args.extend([OsString::from(name), OsString::from(pair[1])]);
     }
+    args
+}
+
+/// The audio encoder: AAC stereo, or no audio when the source has none.
+pub fn audio_encoder_args(settings: &VideoSettings, probe: &VideoProbe) -> Vec<OsString> {
+    let bitrate = format!("{}k", settings.audio_bitrate_kbps);
+    let o = if probe.audio_codec.is_some() {
+        vec!["-c:a", "aac", "-b:a", &bitrate, "-ac", "2"]
+    } else {
+        vec!["-an"]
+    };
     o.into_iter().map(OsString::from).collect()
 }
 
@@ -331,11 +364,11 @@ mod tests {
     }
 
     #[test]
-    fn each_rung_is_an_output_of_its_own() {
+    fn the_rungs_are_streams_of_one_tee_output() {
         let s = crate::config::Settings::load_from(None, Vec::<(String, String)>::new()).unwrap();
         let rungs: Vec<_> = ladder()
             .into_iter()
-            .map(|r| (r, PathBuf::from(format!("{}p.mp4", r.height))))
+            .map(|r| (r, PathBuf::from(format!("mp4/{}p.mp4", r.height))))
             .collect();
         let frames = [Duration::from_secs(1)];
         let outputs = Outputs {
@@ -343,23 +376,33 @@ mod tests {
             frames: &frames,
             frame_dir: Path::new("work"),
         };
-        let a = args(&s.video, 2, &probe(640, 360), Path::new("in"), &outputs);
-        let a: Vec<String> = a.iter().map(|x| x.to_string_lossy().into_owned()).collect();
-        let at = |x: &str| a.iter().position(|y| y == x).unwrap();
-        // Video-only input: no audio in any output.
+        let args_for = |p: &VideoProbe| -> Vec<String> {
+            args(&s.video, 2, p, Path::new("in"), &outputs)
+                .iter()
+                .map(|x| x.to_string_lossy().into_owned())
+                .collect()
+        };
+        let has = |a: &[String], pair: [&str; 2]| a.windows(2).any(|w| w == pair);
+        // Video-only input: no audio anywhere.
+        let a = args_for(&probe(640, 360));
         assert!(a.contains(&"-an".to_owned()) && !a.contains(&"aac".to_owned()));
+        assert!(has(&a, ["-crf:v:0", "23"]) && has(&a, ["-crf:v:1", "26"]));
+        assert!(has(&a, ["-threads:v:1", "2"]) && has(&a, ["-threads", "2"]));
+        let tee = &a[a.iter().position(|x| x == "tee").unwrap() + 1];
         assert_eq!(
-            a.windows(2)
-                .filter(|w| w == &["-movflags", "+faststart"])
-                .count(),
-            2
+            tee,
+            "[select=\\'v:0\\':f=mp4:movflags=+faststart:fflags=+bitexact]mp4/720p.mp4|\
+             [select=\\'v:1\\':f=mp4:movflags=+faststart:fflags=+bitexact]mp4/480p.mp4"
         );
-        assert!(at("[v0]") < at("720p.mp4") && at("720p.mp4") < at("[v1]"));
-        assert!(
-            a.windows(2).any(|w| w == ["-crf", "23"]) && a.windows(2).any(|w| w == ["-crf", "26"])
-        );
-        assert!(at("[c]") > at("480p.mp4") && at("[c]") < at("work/frame-%d.png"));
-        assert!(a.windows(2).any(|w| w == ["-threads", "2"]));
+        let at = |x: &str| a.iter().position(|y| y == x).unwrap();
+        assert!(at("[c]") > at("tee") && at("[c]") < at("work/frame-%d.png"));
+        // With audio: one AAC encoder, in both MP4s.
+        let a = args_for(&VideoProbe {
+            audio_codec: Some("aac".into()),
+            ..probe(640, 360)
+        });
+        assert_eq!(a.iter().filter(|x| *x == "aac").count(), 1);
+        assert!(a.iter().any(|x| x.contains("select=\\'v:1,a\\'")));
         assert_eq!(
             progress_time("out_time_us=1500000"),
             Some(Duration::from_millis(1500))
