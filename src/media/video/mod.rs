@@ -80,6 +80,8 @@ fn run(
         message,
     };
     let mut chooser = poster::Chooser::new(job, &frames, work);
+    // A poster is made from the run's candidates (none when the profile has no poster).
+    let mut make_poster = !frames.is_empty();
     if !rungs.is_empty() || !frames.is_empty() {
         // Names relative to `out_dir`, where ffmpeg runs (no path in its `tee` syntax).
         let outputs = transcode::Outputs {
@@ -89,7 +91,7 @@ fn run(
         };
         // The candidates are scored as they come, while ffmpeg encodes.
         let mut scoring = || chooser.poll();
-        match encode(
+        let run = encode(
             job,
             &probe,
             input,
@@ -98,36 +100,34 @@ fn run(
             out_dir,
             ctl,
             &mut scoring,
-        ) {
+        );
+        match run {
             Ok(written) => {
                 for (r, path) in &rungs {
                     files.push(rendition(&probe, r.height, &out_dir.join(path), written)?);
                 }
             }
             // Without renditions to make, a failure costs the poster only.
-            Err(e) if rungs.is_empty() => warnings.push(poster_failed(e.error.to_string())),
+            Err(e) if rungs.is_empty() => {
+                warnings.push(poster_failed(e.error.to_string()));
+                make_poster = false;
+            }
             Err(e) => return Err(e),
         }
     }
 
     let mut poster_time = None;
-    if job.profile.poster && warnings.is_empty() {
+    if make_poster {
         ctl.emit(Event::Stage(Stage::Analyze));
         let chosen = chooser.finish();
         ctl.emit(Event::Stage(Stage::Transform));
-        let outputs = chosen.and_then(|p| {
-            poster_time = Some(p.time);
-            poster_outputs(job, &p, out_dir)
-        });
-        match outputs {
-            Ok((outputs, mut more)) => {
+        match chosen.and_then(|p| Ok((p.time, poster_outputs(job, &p, out_dir)?))) {
+            Ok((time, (outputs, mut more))) => {
+                poster_time = Some(time);
                 files.extend(outputs);
                 warnings.append(&mut more);
             }
-            Err(e) => {
-                poster_time = None;
-                warnings.push(poster_failed(e));
-            }
+            Err(e) => warnings.push(poster_failed(e)),
         }
     }
     Ok(MediaOutput {

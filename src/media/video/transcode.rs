@@ -1,7 +1,7 @@
 //! Stage 5 for video: the rendition ladder in one ffmpeg run. The source is decoded once and
-//! split into one branch per rung (H.264 + AAC, yuv420p, `+faststart`, each with its own
-//! encoder settings), upright, never upscaled, HDR tone-mapped to SDR once; the poster
-//! candidates are more branches of the same graph (one frame each, see `poster`).
+//! split into the rungs (H.264 yuv420p, upright, never upscaled, HDR tone-mapped to SDR once),
+//! written as the streams of one `tee` output so that the AAC audio is encoded once; the poster
+//! candidates are one more branch of the same graph (see `poster`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -75,7 +75,7 @@ pub struct Outputs<'a> {
 /// Where candidate `i` is written. The k-th frame selected is candidate k: between two
 /// candidate times (a fifth of the video apart by default) there is always a frame, so only
 /// candidates past the end are missing, and they are the last ones.
-pub fn frame_file(dir: &Path, i: usize) -> PathBuf {
+pub fn frame_file(dir: &Path, i: impl std::fmt::Display) -> PathBuf {
     dir.join(format!("frame-{i}.png"))
 }
 
@@ -208,7 +208,7 @@ pub fn args(
             &mut a,
             &["-f", "image2", "-atomic_writing", "1", "-start_number", "0"],
         );
-        a.push(outputs.frame_dir.join("frame-%d.png").into());
+        a.push(frame_file(outputs.frame_dir, "%d").into());
     }
     a
 }
@@ -223,31 +223,23 @@ pub fn video_encoder_args(
     crf: u8,
     stream: Option<usize>,
 ) -> Vec<OsString> {
+    let spec = stream.map_or(":v".to_owned(), |i| format!(":v:{i}"));
     let (threads, crf) = (threads.to_string(), crf.to_string());
-    let mut o = vec!["-c:v", "libx264", "-preset", &settings.preset, "-crf", &crf];
-    o.extend([
-        "-pix_fmt",
-        "yuv420p",
-        "-profile:v",
-        "high",
-        "-threads",
-        &threads,
-    ]);
+    let mut o = vec![
+        ("-c", "libx264"),
+        ("-preset", settings.preset.as_str()),
+        ("-crf", &crf),
+        ("-pix_fmt", "yuv420p"),
+        ("-profile", "high"),
+        ("-threads", &threads),
+    ];
     if probe.hdr {
-        o.extend(["-color_primaries", "bt709", "-color_trc", "bt709"]);
-        o.extend(["-colorspace", "bt709"]);
+        o.extend([("-color_primaries", "bt709"), ("-color_trc", "bt709")]);
+        o.push(("-colorspace", "bt709"));
     }
-    let only = stream.map(|i| format!(":v:{i}"));
-    let mut args = Vec::new();
-    for pair in o.chunks(2) {
-        let name = match (&only, pair[0].strip_suffix(":v")) {
-            (Some(only), Some(base)) => format!("{base}{only}"),
-            (Some(only), None) => format!("{}{only}", pair[0]),
-            (None, _) => pair[0].to_owned(),
-        };
-        args.extend([OsString::from(name), OsString::from(pair[1])]);
-    }
-    args
+    o.into_iter()
+        .flat_map(|(name, value)| [OsString::from(format!("{name}{spec}")), value.into()])
+        .collect()
 }
 
 /// The audio encoder: AAC stereo, or no audio when the source has none.
