@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 DIR ?= ../shared/corpus
 
-.PHONY: setup setup-test build release demo test test-fleet lint deploy-check bench fuzz eval-faces schemas clean
+.PHONY: setup setup-test build release demo test test-fleet lint deploy-check bench bench-quality fuzz eval-faces schemas clean
 
 setup:
 	@scripts/setup.sh
@@ -58,6 +58,16 @@ bench: setup-test
 	cargo bench --bench dispatch -- --messages 20000 --ids 50
 	cargo bench --bench dispatch -- --messages 20000 --ids 50 --broker tansu
 	cargo bench --bench api_split -- --rounds 5 --requests 40 --clients 3
+
+## Bytes at equal quality against sharp (npm, installed here into a cache, never a runtime
+## dependency), scored with dssim (cargo-installed into the same cache).
+TOOLS ?= $(HOME)/.cache/media-worker
+SHARP_VERSION ?= 0.35.5
+DSSIM_VERSION ?= 3.5.1
+bench-quality: setup-test
+	@test -d $(TOOLS)/sharp/node_modules/sharp || npm install --prefix $(TOOLS)/sharp --no-audit --no-fund sharp@$(SHARP_VERSION)
+	@test -x $(TOOLS)/tools/bin/dssim || cargo install --locked --root $(TOOLS)/tools dssim --version $(DSSIM_VERSION)
+	cargo bench --bench quality -- --sharp $(TOOLS)/sharp --dssim $(TOOLS)/tools/bin/dssim
 
 ## Mutation fuzzing through the sandboxed path: N seeded mutants of ../shared/corpus (bit flips,
 ## truncations, splices, inflated header dimensions); fails on an unanswered mutant, a worker

@@ -403,3 +403,191 @@ fn tall_and_wide_images_get_every_variant_each_format_can_hold() {
         "{crop:?}"
     );
 }
+
+/// Pillow's reading of each file (tests/reference/frames.py): format, size, frames, each
+/// frame's duration and the loop field.
+fn read_frames(files: &[&Path]) -> Vec<Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/frames.py");
+    let mut child = Command::new("/usr/bin/python3")
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("Debian's python3 with python3-pil (scripts/setup.sh --test)");
+    let mut stdin = child.stdin.take().unwrap();
+    for f in files {
+        writeln!(stdin, "{}", f.display()).unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let read: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(read.len(), files.len());
+    for r in &read {
+        assert!(r.get("error").is_none(), "{r}");
+    }
+    read
+}
+
+/// A GIF of six 64 x 48 frames, three of them shown for 0 ms, that plays three times (a
+/// NETSCAPE repeat count of 2).
+fn gif_with_zero_delays(dir: &Path) -> PathBuf {
+    let path = dir.join("zero-delays.gif");
+    let script = format!(
+        "from PIL import Image\n\
+         f = [Image.new('RGB', (64, 48), (i * 40, 255 - i * 40, i * 90 % 256)) for i in range(6)]\n\
+         f[0].save('{}', save_all=True, append_images=f[1:], duration=[100, 0, 0, 50, 0, 200], \
+         loop=2, disposal=1)\n",
+        path.display()
+    );
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    path
+}
+
+const ANIMATION_PROFILE: &str = r#"
+[profiles.anim]
+analysis = true
+widths = [64, 320, 640]
+formats = [{ format = "webp", quality = 80 }, { format = "jpeg", quality = 82 }]
+thumbnail = { width = 48, height = 48 }
+animation_mp4 = true
+renditions = [{ height = 720, crf = 23 }, { height = 240, crf = 26 }]
+"#;
+
+/// Animated GIFs and WebPs keep their animation in their WebP variants: Pillow reads back the
+/// source's frame count, each frame's delay (zero-duration frames included) and how many
+/// times it plays; the JPEG variants and the thumbnail are stills of the first frame.
+#[test]
+fn animations_keep_every_frame_delay_and_loop_in_webp_variants() {
+    let (_cfg, settings) = settings_with(ANIMATION_PROFILE);
+    let work = tempfile::tempdir().unwrap();
+    let sources = [
+        corpus("sharp_rotating-squares.gif"),
+        corpus("dlib_elon-musk-smoke.gif"),
+        corpus("sharp_animated-loop-3.webp"),
+        gif_with_zero_delays(work.path()),
+    ];
+    let source_reads = read_frames(&sources.iter().map(|p| p.as_path()).collect::<Vec<_>>());
+    for (i, (source, src)) in sources.iter().zip(&source_reads).enumerate() {
+        let name = source.file_name().unwrap().to_string_lossy().into_owned();
+        let out = work.path().join(i.to_string());
+        let o = process(&settings, "anim", source, &out).unwrap();
+        let webps: Vec<&ProducedFile> = o
+            .files
+            .iter()
+            .filter(|f| f.role == "variant" && f.format.name() == "webp")
+            .collect();
+        let stills: Vec<&ProducedFile> = o
+            .files
+            .iter()
+            .filter(|f| f.format.name() == "jpeg")
+            .collect();
+        assert!(!webps.is_empty() && !stills.is_empty(), "{name}: {o:?}");
+        let gif = src["format"] == "GIF";
+        // A GIF's NETSCAPE count is how many times it repeats; WebP's how many times it plays.
+        let plays = match src["loop"].as_u64().unwrap_or(1) {
+            0 => 0,
+            n if gif => n + 1,
+            n => n,
+        };
+        let durations = src["durations"].as_array().unwrap();
+        let total: u64 = durations.iter().map(|d| d.as_u64().unwrap()).sum();
+        let reads = read_frames(&webps.iter().map(|f| f.path.as_path()).collect::<Vec<_>>());
+        for (f, r) in webps.iter().zip(&reads) {
+            let at = format!("{name} {}", f.name);
+            assert_eq!(r["format"], "WEBP", "{at}");
+            assert_eq!(r["frames"], src["frames"], "{at}: frames");
+            assert_eq!(&r["durations"], &src["durations"], "{at}: delays");
+            assert_eq!(r["loop"].as_u64(), Some(plays), "{at}: loop");
+            assert_eq!(r["size"], serde_json::json!([f.width, f.height]), "{at}");
+            assert_eq!(f.frames, src["frames"].as_u64().map(|n| n as u32), "{at}");
+            assert_eq!(f.duration_ms, Some(total), "{at}");
+        }
+        let reads = read_frames(&stills.iter().map(|f| f.path.as_path()).collect::<Vec<_>>());
+        for (f, r) in stills.iter().zip(&reads) {
+            assert_eq!((r["format"].as_str(), r["frames"].as_u64()), (Some("JPEG"), Some(1)));
+            assert_eq!(r["size"], serde_json::json!([f.width, f.height]), "{name}");
+            assert_eq!((f.frames, f.duration_ms), (None, None), "{name}");
+        }
+        // The variants of the planned widths up to the source's, in both formats.
+        let w = src["size"][0].as_u64().unwrap() as u32;
+        let widths = |v: &[&ProducedFile]| v.iter().map(|f| f.width).collect::<Vec<_>>();
+        let planned: Vec<u32> = [64, 320, 640].into_iter().filter(|p| *p < w).chain([w]).collect();
+        assert_eq!(widths(&webps), planned, "{name}");
+        assert_eq!(widths(&stills[..stills.len() - 1]), planned, "{name}");
+    }
+    // The zero-delay GIF: three frames of 0 ms, played three times.
+    assert_eq!(source_reads[3]["durations"], serde_json::json!([100, 0, 0, 50, 0, 200]));
+}
+
+/// With `animation_mp4`, an animated GIF also becomes a playable H.264 MP4 at its own size
+/// (smaller than every rung of the ladder), a fraction of the GIF's bytes: ffprobe reads its
+/// stream and ffmpeg decodes every frame without an error.
+#[test]
+fn animated_gifs_can_also_be_h264_mp4() {
+    let (_cfg, settings) = settings_with(ANIMATION_PROFILE);
+    let work = tempfile::tempdir().unwrap();
+    let gif = corpus("dlib_elon-musk-smoke.gif");
+    let o = process(&settings, "anim", &gif, work.path()).unwrap();
+    let mp4: Vec<&ProducedFile> = o.files.iter().filter(|f| f.role == "rendition").collect();
+    assert_eq!(mp4.len(), 1, "{o:?}");
+    let f = mp4[0];
+    assert_eq!((f.name.as_str(), f.width, f.height), ("mp4/240p.mp4", 424, 240));
+    let gif_bytes = std::fs::metadata(&gif).unwrap().len();
+    assert!(f.size_bytes * 5 < gif_bytes, "{} of {gif_bytes} bytes", f.size_bytes);
+    let probe = Command::new("ffprobe")
+        .args(["-v", "error", "-count_frames", "-select_streams", "v:0"])
+        .args(["-show_entries", "stream=codec_name,profile,pix_fmt,width,height,nb_read_frames"])
+        .args(["-of", "json"])
+        .arg(&f.path)
+        .output()
+        .unwrap();
+    assert!(probe.status.success(), "{probe:?}");
+    let v: Value = serde_json::from_slice(&probe.stdout).unwrap();
+    let s = &v["streams"][0];
+    assert_eq!(s["codec_name"], "h264", "{v}");
+    assert_eq!(s["pix_fmt"], "yuv420p", "{v}");
+    assert_eq!((s["width"].as_u64(), s["height"].as_u64()), (Some(424), Some(240)));
+    assert_eq!(s["nb_read_frames"], "35", "every frame of the GIF: {v}");
+    let decode = Command::new("ffmpeg")
+        .args(["-v", "error", "-xerror", "-i"])
+        .arg(&f.path)
+        .args(["-f", "null", "-"])
+        .output()
+        .unwrap();
+    assert!(decode.status.success() && decode.stderr.is_empty(), "{decode:?}");
+    // Without the option, no rendition.
+    let (_cfg, plain) = settings_with(&ANIMATION_PROFILE.replace("animation_mp4 = true", ""));
+    let o = process(&plain, "anim", &gif, &work.path().join("plain")).unwrap();
+    assert!(o.files.iter().all(|f| f.role != "rendition"), "{o:?}");
+}
+
+/// A GIF with more frames than `limits.max_frames` fails `limits_exceeded` before any frame
+/// is decoded.
+#[test]
+fn gifs_over_the_frame_limit_fail_limits_exceeded() {
+    let (_cfg, settings) = settings_with(&format!("{ANIMATION_PROFILE}\n[limits]\nmax_frames = 29\n"));
+    let work = tempfile::tempdir().unwrap();
+    media::init(1);
+    let job = settings.media_job("anim", None);
+    let failure = media::process(
+        &job,
+        &corpus("sharp_rotating-squares.gif"),
+        work.path(),
+        &mut Control::new(&mut |_| {}),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&failure.error, media::MediaError::LimitsExceeded(m) if m == "30 frames, over the 29 limit"),
+        "{failure:?}"
+    );
+    assert!(std::fs::read_dir(work.path()).unwrap().next().is_none());
+}

@@ -130,9 +130,12 @@ pub struct Output {
     /// For a thumbnail: the part of the upright source it shows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crop: Option<Rect>,
-    /// For a rendition: its duration.
+    /// For a rendition: its duration; for an animated variant: one play's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
+    /// For an animated variant (an animated GIF or WebP input's WebP variants): its frames.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames: Option<u32>,
 }
 
 /// What the worker learnt about the input: an image (null for the `variants` profile) or a

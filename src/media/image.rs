@@ -1,8 +1,10 @@
-//! The image pipeline: probe the header, decode once, analyze (optional), then transform.
+//! The image pipeline: probe the header, decode once, analyze (optional), then transform. An
+//! animation's frames are decoded again, one at a time, for its animated variants.
 
 use std::path::Path;
 
 use super::analyze;
+use super::animation::Animation;
 use super::control::{Control, Event};
 use super::error::{MediaFailure, at, unwind};
 use super::output::MediaOutput;
@@ -55,8 +57,15 @@ pub(crate) fn run(
         .map(|v| v.focal_point);
 
     ctl.emit(Event::Stage(Stage::Transform));
+    let animation = match probe.frames {
+        1 => None,
+        _ => Some(Animation::open(input, &probe).map_err(at(Stage::Transform))?),
+    };
     let transformed = tracing::info_span!("image.compress")
-        .in_scope(|| transform::run(&decoded, shared, &probe, &job.profile, focal, out_dir))
+        .in_scope(|| {
+            let animation = animation.as_ref();
+            transform::run(&decoded, shared, animation, &probe, &job.profile, focal, out_dir)
+        })
         .map_err(at(Stage::Transform))?;
     warnings.extend(transformed.warnings);
     Ok(MediaOutput {
@@ -82,7 +91,7 @@ pub(crate) fn outputs(
         x: (fx * probe.width as f64) as u32,
         y: (fy * probe.height as f64) as u32,
     });
-    let transformed = transform::run(&decoded, shared, &probe, &job.profile, focal, out_dir)
+    let transformed = transform::run(&decoded, shared, None, &probe, &job.profile, focal, out_dir)
         .map_err(at(Stage::Transform))?;
     Ok(MediaOutput {
         media_type: MediaType::Image,

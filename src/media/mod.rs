@@ -6,6 +6,7 @@
 //! the types they share (the submodules import those, never this file).
 
 pub mod analyze;
+pub mod animation;
 pub mod control;
 pub mod error;
 pub mod image;
@@ -50,7 +51,15 @@ pub fn process(
     match sniff::sniff_file(input).map_err(|e| at(Stage::Probe)(e.into()))? {
         Sniffed::Image(format) => {
             ctl.emit(Event::Detected(MediaType::Image));
-            image::run(job, input, format, out_dir, ctl)
+            let mut out = image::run(job, input, format, out_dir, ctl)?;
+            // The image pipeline read the header already: it opens again.
+            let animated = || vips::Image::open_header(input).is_ok_and(|i| i.pages() > 1);
+            if format == sniff::ImageFormat::Gif && job.profile.animation_mp4 && animated() {
+                let (files, warnings) = video::animation_renditions(job, input, out_dir, ctl)?;
+                out.files.extend(files);
+                out.warnings.extend(warnings);
+            }
+            Ok(out)
         }
         Sniffed::Video(container) => {
             ctl.emit(Event::Detected(MediaType::Video));

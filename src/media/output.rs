@@ -17,8 +17,10 @@ pub struct ProducedFile {
     pub width: u32,
     pub height: u32,
     pub size_bytes: u64,
-    /// Video renditions.
+    /// Video renditions and animations (one play).
     pub duration_ms: Option<u64>,
+    /// Animations: how many frames.
+    pub frames: Option<u32>,
     /// Thumbnails: the region of the upright source shown.
     pub crop: Option<Rect>,
 }

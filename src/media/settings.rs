@@ -107,6 +107,10 @@ pub struct Profile {
     /// A poster frame sent through the image outputs above.
     #[serde(default = "yes")]
     pub poster: bool,
+    /// Animated GIFs also get the video renditions (H.264 MP4, no poster), usually a fraction
+    /// of the GIF's size.
+    #[serde(default)]
+    pub animation_mp4: bool,
     /// `Cache-Control` of the uploaded outputs (used by the upload stage).
     #[serde(default = "default_cache_control")]
     pub cache_control: String,

@@ -51,6 +51,9 @@ pub enum Container {
     /// Matroska and WebM.
     Matroska,
     Avi,
+    /// An animated GIF: sniffed as an image, and only made into MP4 on request
+    /// (`Profile::animation_mp4`).
+    Gif,
 }
 
 impl Container {
@@ -59,6 +62,7 @@ impl Container {
             Self::IsoBmff => "mov",
             Self::Matroska => "matroska",
             Self::Avi => "avi",
+            Self::Gif => "gif",
         }
     }
 }

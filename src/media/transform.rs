@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::animation::Animation;
 use super::error::MediaError;
 use super::output::{FileFormat, ProducedFile, Role};
 use super::probe::Colour;
@@ -230,10 +231,12 @@ pub struct Transformed {
 }
 
 /// Writes every variant (and the thumbnail) of the decoded image in every profile format that
-/// can hold it; `made` is one made earlier ([`variant_for`]).
+/// can hold it; `made` is one made earlier ([`variant_for`]). With an `animation`, the WebP
+/// variants are animated and the rest show its first frame, `decoded`.
 pub fn run(
     decoded: &Image,
     mut made: Option<Variant>,
+    animation: Option<&Animation>,
     probe: &Probe,
     profile: &Profile,
     focal: Option<Point>,
@@ -244,18 +247,30 @@ pub fn run(
     let widths = plan_widths(&profile.widths, probe.width);
     let (plan, warnings) = plan_variants(&widths, size, &profile.formats);
     for (w, formats) in plan {
+        let stem = format!("{w}w");
+        let (moving, still): (Vec<FormatSpec>, Vec<FormatSpec>) = formats
+            .iter()
+            .partition(|f| animation.is_some() && f.format == OutputFormat::Webp);
+        if let Some(animation) = animation {
+            for spec in moving {
+                files.push(animated_webp(animation, w, spec.quality, &stem, out_dir)?);
+            }
+        }
+        if still.is_empty() {
+            continue;
+        }
         let resized = match made.take_if(|v| v.width == w) {
             Some(v) => Some(v.image),
             None => resized(decoded, w)?,
         };
         let img = resized.as_ref().unwrap_or(decoded);
         let out = Outputs {
-            stem: &format!("{w}w"),
+            stem: &stem,
             role: Role::Variant,
             crop: None,
             dir: out_dir,
         };
-        encode_all(img, &formats, &out, &mut files)?;
+        encode_all(img, &still, &out, &mut files)?;
     }
     if let Some(spec) = profile.thumbnail {
         let focal = focal.unwrap_or(Point {
@@ -272,6 +287,33 @@ pub fn run(
         encode_all(&thumb, &profile.formats, &out, &mut files)?;
     }
     Ok(Transformed { files, warnings })
+}
+
+/// The animated WebP variant `width` px wide.
+fn animated_webp(
+    animation: &Animation,
+    width: u32,
+    quality: u8,
+    stem: &str,
+    dir: &Path,
+) -> Result<ProducedFile, MediaError> {
+    let name = format!("{stem}.{}", OutputFormat::Webp.ext());
+    let path = dir.join(&name);
+    let (width, height) = animation
+        .save_webp(width, quality, &path)
+        .map_err(transform_err)?;
+    Ok(ProducedFile {
+        size_bytes: std::fs::metadata(&path)?.len(),
+        name,
+        path,
+        role: Role::Variant,
+        format: FileFormat::Image(OutputFormat::Webp),
+        width,
+        height,
+        duration_ms: Some(animation.duration_ms()),
+        frames: Some(animation.frames()),
+        crop: None,
+    })
 }
 
 /// Scales to cover `spec` (never enlarging) and cuts a window centred on `focal` (upright
@@ -351,6 +393,7 @@ fn encode_all(
             role: out.role,
             format: FileFormat::Image(spec.format),
             duration_ms: None,
+            frames: None,
             width: src.width(),
             height: src.height(),
             crop: out.crop,

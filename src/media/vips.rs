@@ -43,6 +43,13 @@ unsafe extern "C" {
     fn vips_image_get_format(im: *const RawImage) -> c_int;
     fn vips_image_get_interpretation(im: *const RawImage) -> c_int;
     fn vips_image_get_n_pages(im: *mut RawImage) -> c_int;
+    fn vips_image_get_page_height(im: *mut RawImage) -> c_int;
+    fn vips_image_get_array_int(
+        im: *mut RawImage,
+        name: *const c_char,
+        out: *mut *mut c_int,
+        n: *mut c_int,
+    ) -> c_int;
     fn vips_image_hasalpha(im: *mut RawImage) -> c_int;
     fn vips_image_get_typeof(im: *const RawImage, name: *const c_char) -> usize;
     fn vips_image_get_int(im: *const RawImage, name: *const c_char, out: *mut c_int) -> c_int;
@@ -263,6 +270,66 @@ impl Image {
         } else {
             Ok(Image(p))
         }
+    }
+
+    /// Opens every frame of an animated file (GIF, WebP) as one tall strip of frames (see
+    /// [`Image::page_height`]), with its `delay` and `loop` fields. Truncated input fails.
+    pub fn open_frames(path: &Path) -> Result<Image> {
+        let c = cstring(path)?;
+        // SAFETY: variadic call with options of gifload and webpload, terminated by NULL.
+        let p = unsafe {
+            vips_image_new_from_file(
+                c.as_ptr(),
+                c"n".as_ptr(),
+                -1 as c_int,
+                c"fail_on".as_ptr(),
+                FAIL_ON_TRUNCATED,
+                END,
+            )
+        };
+        if p.is_null() {
+            Err(last_error("cannot decode image"))
+        } else {
+            Ok(Image(p))
+        }
+    }
+
+    /// The height of one frame of a strip of frames ([`Image::open_frames`]).
+    pub fn page_height(&self) -> u32 {
+        // SAFETY: valid image pointer.
+        unsafe { vips_image_get_page_height(self.0) as u32 }
+    }
+
+    /// The `delay` of each frame of an animation, in milliseconds (empty when absent).
+    pub fn delays(&self) -> Vec<u32> {
+        let (mut p, mut n): (*mut c_int, c_int) = (ptr::null_mut(), 0);
+        // SAFETY: valid image; on success `p` points to `n` ints owned by the image.
+        unsafe {
+            if vips_image_get_typeof(self.0, c"delay".as_ptr()) == 0
+                || vips_image_get_array_int(self.0, c"delay".as_ptr(), &mut p, &mut n) != 0
+                || p.is_null()
+            {
+                return Vec::new();
+            }
+            std::slice::from_raw_parts(p, n.max(0) as usize)
+                .iter()
+                .map(|d| (*d).max(0) as u32)
+                .collect()
+        }
+    }
+
+    /// How many times an animation plays (0: forever; 0 when the file does not say).
+    pub fn loop_count(&self) -> u32 {
+        let mut v: c_int = 0;
+        // SAFETY: valid pointer and NUL-terminated field name; `v` is only read on success.
+        unsafe {
+            if vips_image_get_typeof(self.0, c"loop".as_ptr()) != 0
+                && vips_image_get_int(self.0, c"loop".as_ptr(), &mut v) == 0
+            {
+                return v.max(0) as u32;
+            }
+        }
+        0
     }
 
     /// Opens a file for random access with full decoding (tests and small helpers).
@@ -541,6 +608,14 @@ impl Image {
         r
     }
 
+    /// Turns the image upright per its `orientation` field (and removes the field).
+    pub fn autorot(&self) -> Result<Image> {
+        produce("autorot", |out| unsafe {
+            // SAFETY: valid image; option list terminated.
+            vips_autorot(self.0, out, END)
+        })
+    }
+
     /// Scales by `scale` (a reduce, with libvips' default lanczos3 kernel).
     pub fn resize(&self, scale: f64) -> Result<Image> {
         produce("resize", |out| unsafe {
@@ -641,6 +716,17 @@ impl Image {
 
     /// Saves as lossy WebP without metadata (removed after encoding, see [`super::webpmux`]).
     pub fn save_webp(&self, path: &Path, quality: u8) -> Result<()> {
+        let bytes = self.encode_webp(quality, super::webpmux::strip)?;
+        std::fs::write(path, bytes).map_err(|e| VipsError(format!("webpsave: {e}")))
+    }
+
+    /// Encodes as lossy WebP in memory; `then` reads libvips' buffer (which may hold metadata
+    /// chunks: libvips 8.14 writes them whatever `strip` says) before it is freed.
+    pub fn encode_webp<T>(
+        &self,
+        quality: u8,
+        then: impl FnOnce(&[u8]) -> std::result::Result<T, String>,
+    ) -> Result<T> {
         let (mut buf, mut len) = (ptr::null_mut::<c_void>(), 0usize);
         // SAFETY: option names and types match webpsave's arguments.
         let rc = unsafe {
@@ -659,12 +745,10 @@ impl Image {
             return Err(last_error("webpsave"));
         }
         // SAFETY: libvips hands us a g_malloc'd buffer of `len` bytes, freed after use.
-        let stripped =
-            super::webpmux::strip(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) });
+        let result = then(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) });
         // SAFETY: as above; nothing refers to the buffer any more.
         unsafe { g_free(buf) };
-        let bytes = stripped.map_err(VipsError)?;
-        std::fs::write(path, bytes).map_err(|e| VipsError(format!("webpsave: {e}")))
+        result.map_err(VipsError)
     }
 
     /// Saves as 8-bit AVIF (AV1 in HEIF) without metadata.

@@ -1,5 +1,5 @@
-//! Metadata removal for WebP files, through libwebpmux (the WebP project's own container
-//! library, which libvips uses to write them).
+//! WebP containers through libwebpmux (the WebP project's own container library, which libvips
+//! uses to write them): metadata removal ([`strip`]) and animation assembly ([`animate`]).
 //!
 //! libvips 8.14's webpsave ignores `strip`: its own `strip` field shadows the saver's and is
 //! never set, so it always writes EXIF (rebuilt from the image's fields even when the image has
@@ -26,11 +26,39 @@ unsafe extern "C" {
         copy_data: c_int,
         version: c_int,
     ) -> *mut RawMux;
+    fn WebPNewInternal(version: c_int) -> *mut RawMux;
     fn WebPMuxDeleteChunk(mux: *mut RawMux, fourcc: *const c_char) -> c_int;
+    fn WebPMuxPushFrame(mux: *mut RawMux, frame: *const FrameInfo, copy_data: c_int) -> c_int;
+    fn WebPMuxSetAnimationParams(mux: *mut RawMux, params: *const AnimParams) -> c_int;
+    fn WebPMuxSetCanvasSize(mux: *mut RawMux, width: c_int, height: c_int) -> c_int;
     fn WebPMuxAssemble(mux: *mut RawMux, out: *mut WebPData) -> c_int;
     fn WebPMuxDelete(mux: *mut RawMux);
     fn WebPFree(p: *mut c_void);
 }
+
+/// `WebPMuxFrameInfo`.
+#[repr(C)]
+struct FrameInfo {
+    bitstream: WebPData,
+    x_offset: c_int,
+    y_offset: c_int,
+    duration: c_int,
+    id: c_int,
+    dispose_method: c_int,
+    blend_method: c_int,
+    pad: [u32; 1],
+}
+
+/// `WebPMuxAnimParams`.
+#[repr(C)]
+struct AnimParams {
+    bgcolor: u32,
+    loop_count: c_int,
+}
+
+const CHUNK_ANMF: c_int = 3;
+const DISPOSE_NONE: c_int = 0;
+const NO_BLEND: c_int = 1;
 
 /// `WEBP_MUX_ABI_VERSION` of the libwebp we build against (1.2.x; checked by the library).
 const MUX_ABI_VERSION: c_int = 0x0108;
@@ -40,6 +68,90 @@ const MUX_NOT_FOUND: c_int = 0;
 /// The metadata chunks of a WebP file.
 const METADATA: [&std::ffi::CStr; 3] = [c"EXIF", c"XMP ", c"ICCP"];
 
+/// One animation frame: a still WebP file (its metadata chunks are not taken) and how long it
+/// shows, in milliseconds (0 included: the next frame replaces it at once).
+pub struct Frame {
+    pub webp: Vec<u8>,
+    pub duration_ms: u32,
+}
+
+/// An animated WebP of `frames`, each covering the whole `canvas` and replacing the one before
+/// (no blending, so a transparent pixel stays transparent), played `loop_count` times (0:
+/// forever). Unlike libwebp's animation encoder, which libvips uses, the mux keeps every frame
+/// as given: zero-duration frames are neither dropped nor lengthened, and identical frames are
+/// not merged.
+pub fn animate(frames: &[Frame], canvas: (u32, u32), loop_count: u32) -> Result<Vec<u8>, String> {
+    // SAFETY: the frames' bytes outlive the mux (copy_data = 0, deleted before returning); the
+    // assembled buffer is copied, then freed with WebPFree.
+    unsafe {
+        let mux = WebPNewInternal(MUX_ABI_VERSION);
+        if mux.is_null() {
+            return Err("webpmux: cannot create a mux".into());
+        }
+        let mut result = Ok(());
+        let (w, h) = (canvas.0 as c_int, canvas.1 as c_int);
+        if WebPMuxSetCanvasSize(mux, w, h) != MUX_OK {
+            result = Err(format!("webpmux: invalid canvas {w}x{h}"));
+        }
+        let params = AnimParams {
+            bgcolor: 0,
+            loop_count: loop_count.min(u16::MAX as u32) as c_int,
+        };
+        if result.is_ok() && WebPMuxSetAnimationParams(mux, &params) != MUX_OK {
+            result = Err("webpmux: cannot set the loop count".into());
+        }
+        for (i, f) in frames.iter().enumerate() {
+            if result.is_err() {
+                break;
+            }
+            let info = FrameInfo {
+                bitstream: WebPData {
+                    bytes: f.webp.as_ptr(),
+                    size: f.webp.len(),
+                },
+                x_offset: 0,
+                y_offset: 0,
+                // ANMF holds 24 bits of duration.
+                duration: f.duration_ms.min(0xFF_FFFF) as c_int,
+                id: CHUNK_ANMF,
+                dispose_method: DISPOSE_NONE,
+                blend_method: NO_BLEND,
+                pad: [0],
+            };
+            let rc = WebPMuxPushFrame(mux, &info, 0);
+            if rc != MUX_OK {
+                result = Err(format!("webpmux: cannot add frame {i} ({rc})"));
+            }
+        }
+        assemble(mux, result)
+    }
+}
+
+/// Assembles `mux` (unless `result` is already an error) and deletes it.
+///
+/// # Safety
+/// `mux` is a live mux that nothing else deletes.
+unsafe fn assemble(mux: *mut RawMux, result: Result<(), String>) -> Result<Vec<u8>, String> {
+    let mut out = WebPData {
+        bytes: ptr::null(),
+        size: 0,
+    };
+    // SAFETY: per the function's contract; the assembled buffer is copied, then freed.
+    unsafe {
+        let result = match result {
+            Ok(()) if WebPMuxAssemble(mux, &mut out) != MUX_OK => {
+                Err("webpmux: cannot assemble".to_owned())
+            }
+            r => r,
+        };
+        WebPMuxDelete(mux);
+        result?;
+        let bytes = std::slice::from_raw_parts(out.bytes, out.size).to_vec();
+        WebPFree(out.bytes as *mut c_void);
+        Ok(bytes)
+    }
+}
+
 /// `webp` without EXIF, XMP or ICC chunks (an untagged WebP is sRGB).
 pub fn strip(webp: &[u8]) -> Result<Vec<u8>, String> {
     let input = WebPData {
@@ -47,7 +159,7 @@ pub fn strip(webp: &[u8]) -> Result<Vec<u8>, String> {
         size: webp.len(),
     };
     // SAFETY: `input` borrows `webp` for the mux's lifetime (copy_data = 0 and the mux is
-    // deleted before returning); the assembled buffer is copied, then freed with WebPFree.
+    // deleted before returning).
     unsafe {
         let mux = WebPMuxCreateInternal(&input, 0, MUX_ABI_VERSION);
         if mux.is_null() {
@@ -60,17 +172,6 @@ pub fn strip(webp: &[u8]) -> Result<Vec<u8>, String> {
                 result = Err(format!("webpmux: cannot remove {fourcc:?} ({rc})"));
             }
         }
-        let mut out = WebPData {
-            bytes: ptr::null(),
-            size: 0,
-        };
-        if result.is_ok() && WebPMuxAssemble(mux, &mut out) != MUX_OK {
-            result = Err("webpmux: cannot assemble".into());
-        }
-        WebPMuxDelete(mux);
-        result?;
-        let bytes = std::slice::from_raw_parts(out.bytes, out.size).to_vec();
-        WebPFree(out.bytes as *mut c_void);
-        Ok(bytes)
+        assemble(mux, result)
     }
 }

@@ -139,6 +139,7 @@ mod tests {
             size_bytes: 1,
             crop: None,
             duration_ms: Some(1000),
+            frames: None,
         }
     }
 

@@ -62,5 +62,6 @@ pub async fn one(to: &Destination<'_>, f: &ProducedFile) -> Result<Output, Stora
         size_bytes: f.size_bytes,
         crop: f.crop,
         duration_ms: f.duration_ms,
+        frames: f.frames,
     })
 }

@@ -82,6 +82,8 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
             crf: 35,
         }],
         poster: true,
+        // Mutated GIFs reach ffmpeg too.
+        animation_mp4: true,
         cache_control: "no-cache".into(),
         scan: false,
     };

@@ -64,10 +64,15 @@ def compare(source, output):
     }
 
 
-for line in sys.stdin:
-    pair = json.loads(line)
-    try:
-        result = compare(pair["source"], pair["output"])
-    except Exception as e:  # reported per pair: the test names the file
-        result = {"error": f"{type(e).__name__}: {e}"}
-    print(json.dumps(result), flush=True)
+def main():
+    for line in sys.stdin:
+        pair = json.loads(line)
+        try:
+            result = compare(pair["source"], pair["output"])
+        except Exception as e:  # reported per pair: the test names the file
+            result = {"error": f"{type(e).__name__}: {e}"}
+        print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -41,6 +41,21 @@ pub fn process(
     result
 }
 
+/// The video renditions of an animated GIF (`Profile::animation_mp4`): the ladder as for a
+/// video (rungs not taller than the GIF, one at its own size when it is smaller than all),
+/// without a poster (the GIF's image outputs have its first frame).
+pub fn animation_renditions(
+    job: &MediaJob,
+    input: &Path,
+    out_dir: &Path,
+    ctl: &mut Control,
+) -> Result<(Vec<ProducedFile>, Vec<Warning>), MediaFailure> {
+    let mut job = job.clone();
+    job.profile.poster = false;
+    let out = process(&job, input, Container::Gif, out_dir, ctl)?;
+    Ok((out.files, out.warnings))
+}
+
 /// ffmpeg's logs and the poster candidates, in the output directory; not uploaded.
 const WORK: &str = ".work";
 
@@ -232,6 +247,7 @@ fn rendition(
         height,
         size_bytes,
         duration_ms: Some(written.as_millis() as u64),
+        frames: None,
         crop: None,
     })
 }

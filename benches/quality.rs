@@ -1,0 +1,276 @@
+//! Bytes at equal quality, against sharp (`make bench-quality`):
+//!
+//!   cargo bench --bench quality -- --sharp DIR --dssim PATH [--profile variants]
+//!
+//! For each corpus photo, the profile's variants as the worker makes them (`media::process`,
+//! one format at a time, so that CPU is per format) and as sharp makes them
+//! (benches/quality/sharp.mjs, npm `sharp` installed in DIR by the Makefile, at the widths the
+//! worker made). Every output is scored with dssim (lower is better; 0 = identical) against a
+//! Pillow downscale of the upright sRGB source (benches/quality/score.py). Prints, per format
+//! and tool: total bytes, mean and worst score, CPU per image; then the goals: the worker's mean
+//! score at most sharp's, its bytes at most sharp's, its CPU per image at most sharp's.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use media_worker::config::Settings;
+use media_worker::media::{self, Control};
+use serde_json::{Value, json};
+
+mod util;
+use util::{arg, corpus_photos};
+
+/// One variant, made by one tool.
+#[derive(Debug, Clone)]
+struct Made {
+    photo: String,
+    format: String,
+    width: u32,
+    path: PathBuf,
+    bytes: u64,
+    score: f64,
+}
+
+/// What one tool made of the corpus: its variants and CPU milliseconds per photo and format.
+#[derive(Default)]
+struct Tool {
+    made: Vec<Made>,
+    cpu_ms: BTreeMap<String, Vec<f64>>,
+}
+
+fn cpu_ms() -> f64 {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 * 1e3 + tv.tv_usec as f64 / 1e3;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+fn main() {
+    let sharp_dir = PathBuf::from(arg("--sharp", ""));
+    let dssim = PathBuf::from(arg("--dssim", "dssim"));
+    let profile = arg("--profile", "variants");
+    assert!(
+        sharp_dir.join("node_modules/sharp").is_dir(),
+        "--sharp DIR with node_modules/sharp (make bench-quality installs it)"
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let corpus = root.join("../shared/corpus");
+    let settings = Settings::load_from(None, Vec::new()).expect("settings");
+    let job = settings.media_job(&profile, None);
+    media::init(1);
+    let work = tempfile::tempdir().unwrap();
+
+    // The worker, one format at a time; sharp is asked for the widths the worker made.
+    let mut worker = Tool::default();
+    let mut sharp_jobs = Vec::new();
+    for photo in corpus_photos(&corpus) {
+        // The reference is made with Pillow, which reads neither HEIF nor AVIF.
+        if photo.ends_with(".heic") || photo.ends_with(".avif") {
+            println!("skipped {photo}: no reference (Pillow cannot read it)");
+            continue;
+        }
+        let source = corpus.join(&photo);
+        let mut widths = Vec::new();
+        for spec in &job.profile.formats {
+            let mut one = job.clone();
+            one.profile.formats = vec![*spec];
+            one.profile.thumbnail = None;
+            let out = work.path().join("worker").join(&photo).join(spec.format.name());
+            std::fs::create_dir_all(&out).unwrap();
+            let start = cpu_ms();
+            let result = media::process(&one, &source, &out, &mut Control::new(&mut |_| {}));
+            let cpu = cpu_ms() - start;
+            let Ok(o) = result else {
+                println!("skipped {photo}: the worker fails it ({:?})", result.err());
+                break;
+            };
+            for f in o.files.iter().filter(|f| f.role == "variant") {
+                widths.push(f.width);
+                worker.made.push(Made {
+                    photo: photo.clone(),
+                    format: spec.format.name().to_owned(),
+                    width: f.width,
+                    path: f.path.clone(),
+                    bytes: f.size_bytes,
+                    score: f64::NAN,
+                });
+            }
+            worker
+                .cpu_ms
+                .entry(spec.format.name().to_owned())
+                .or_default()
+                .push(cpu);
+        }
+        widths.sort_unstable();
+        widths.dedup();
+        let formats: Vec<Value> = job
+            .profile
+            .formats
+            .iter()
+            .map(|f| json!({"format": f.format.name(), "quality": f.quality}))
+            .collect();
+        sharp_jobs.push(json!({
+            "source": source, "name": photo, "widths": widths, "formats": formats,
+        }));
+    }
+    let sharp = run_sharp(root, &sharp_dir, &work.path().join("sharp"), &sharp_jobs);
+    // Only photos both tools made count.
+    let both: Vec<String> = sharp
+        .made
+        .iter()
+        .map(|m| m.photo.clone())
+        .filter(|p| worker.made.iter().any(|m| &m.photo == p))
+        .collect();
+    let mut tools = [("worker", worker), ("sharp", sharp)];
+    for (_, tool) in &mut tools {
+        tool.made.retain(|m| both.contains(&m.photo));
+        score(root, &dssim, work.path(), &mut tool.made);
+    }
+    report(&tools, &job.profile.formats);
+}
+
+/// sharp's outputs of `jobs`, through benches/quality/sharp.mjs.
+fn run_sharp(root: &Path, sharp_dir: &Path, out: &Path, jobs: &[Value]) -> Tool {
+    let mut child = Command::new("node")
+        .arg(root.join("benches/quality/sharp.mjs"))
+        .arg(sharp_dir.join("node_modules/sharp"))
+        .arg(out)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("node");
+    let mut stdin = child.stdin.take().unwrap();
+    for j in jobs {
+        writeln!(stdin, "{j}").unwrap();
+    }
+    drop(stdin);
+    let mut tool = Tool::default();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        let photo = v["name"].as_str().unwrap().to_owned();
+        if let Some(e) = v.get("error") {
+            println!("skipped {photo}: sharp fails it ({e})");
+            continue;
+        }
+        for o in v["outputs"].as_array().unwrap() {
+            tool.made.push(Made {
+                photo: photo.clone(),
+                format: o["format"].as_str().unwrap().to_owned(),
+                width: o["width"].as_u64().unwrap() as u32,
+                path: PathBuf::from(o["path"].as_str().unwrap()),
+                bytes: o["bytes"].as_u64().unwrap(),
+                score: f64::NAN,
+            });
+        }
+        for (format, ms) in v["cpu_ms"].as_object().unwrap() {
+            let ms = ms.as_f64().unwrap();
+            tool.cpu_ms.entry(format.clone()).or_default().push(ms);
+        }
+    }
+    assert!(child.wait().unwrap().success(), "sharp.mjs failed");
+    tool
+}
+
+/// Scores each output with dssim against its reference downscale (made by score.py).
+fn score(root: &Path, dssim: &Path, work: &Path, made: &mut [Made]) {
+    let pngs = work.join("png");
+    std::fs::create_dir_all(&pngs).unwrap();
+    let mut child = Command::new("/usr/bin/python3")
+        .arg(root.join("benches/quality/score.py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 with Pillow");
+    let mut stdin = child.stdin.take().unwrap();
+    let corpus = root.join("../shared/corpus");
+    let pairs: Vec<(PathBuf, PathBuf)> = (0..made.len())
+        .map(|i| (pngs.join(format!("{i}-ref.png")), pngs.join(format!("{i}-out.png"))))
+        .collect();
+    let writer = {
+        let lines: Vec<String> = made
+            .iter()
+            .zip(&pairs)
+            .map(|(m, (r, o))| {
+                let source = corpus.join(&m.photo);
+                json!({"source": source, "output": m.path, "ref": r, "out": o}).to_string()
+            })
+            .collect();
+        std::thread::spawn(move || {
+            for l in lines {
+                writeln!(stdin, "{l}").unwrap();
+            }
+        })
+    };
+    let results: Vec<Value> = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
+    writer.join().unwrap();
+    assert!(child.wait().unwrap().success());
+    for ((m, (r, o)), v) in made.iter_mut().zip(&pairs).zip(&results) {
+        assert!(v.get("error").is_none(), "{v}");
+        let out = Command::new(dssim).arg(r).arg(o).output().expect("dssim");
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        m.score = text
+            .split_whitespace()
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("dssim said {text}"));
+        let _ = (std::fs::remove_file(r), std::fs::remove_file(o));
+    }
+}
+
+fn report(tools: &[(&str, Tool)], formats: &[media::settings::FormatSpec]) {
+    println!(
+        "\n| format | tool | photos | outputs | total bytes | mean dssim | worst dssim (output) | \
+         CPU ms / photo |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut sums = BTreeMap::new();
+    for spec in formats {
+        let format = spec.format.name();
+        for (name, tool) in tools {
+            let made: Vec<&Made> = tool.made.iter().filter(|m| m.format == format).collect();
+            let photos: std::collections::BTreeSet<&str> =
+                made.iter().map(|m| m.photo.as_str()).collect();
+            let bytes: u64 = made.iter().map(|m| m.bytes).sum();
+            let mean = made.iter().map(|m| m.score).sum::<f64>() / made.len() as f64;
+            let worst = made
+                .iter()
+                .max_by(|a, b| a.score.total_cmp(&b.score))
+                .expect("outputs");
+            let cpu = &tool.cpu_ms[format];
+            let cpu = cpu.iter().sum::<f64>() / cpu.len() as f64;
+            println!(
+                "| {format} | {name} | {} | {} | {bytes} | {mean:.6} | {:.6} ({} {}w) | {cpu:.1} |",
+                photos.len(),
+                made.len(),
+                worst.score,
+                worst.photo,
+                worst.width,
+            );
+            sums.insert((format, *name), (bytes as f64, mean, cpu));
+        }
+    }
+    println!();
+    for spec in formats {
+        let format = spec.format.name();
+        let (wb, ws, wc) = sums[&(format, "worker")];
+        let (sb, ss, sc) = sums[&(format, "sharp")];
+        let mark = |ok: bool| if ok { "met" } else { "NOT met" };
+        println!(
+            "{format}: bytes {:.3}x sharp's ({}), mean dssim {:.3}x sharp's ({}), CPU {:.2}x \
+             sharp's ({})",
+            wb / sb,
+            mark(wb <= sb),
+            ws / ss,
+            mark(ws <= ss),
+            wc / sc,
+            mark(wc <= sc),
+        );
+    }
+}
