@@ -78,7 +78,11 @@ fn main() {
             let mut one = job.clone();
             one.profile.formats = vec![*spec];
             one.profile.thumbnail = None;
-            let out = work.path().join("worker").join(&photo).join(spec.format.name());
+            let out = work
+                .path()
+                .join("worker")
+                .join(&photo)
+                .join(spec.format.name());
             std::fs::create_dir_all(&out).unwrap();
             let start = cpu_ms();
             let result = media::process(&one, &source, &out, &mut Control::new(&mut |_| {}));
@@ -187,7 +191,12 @@ fn score(root: &Path, dssim: &Path, work: &Path, made: &mut [Made]) {
     let mut stdin = child.stdin.take().unwrap();
     let corpus = root.join("../shared/corpus");
     let pairs: Vec<(PathBuf, PathBuf)> = (0..made.len())
-        .map(|i| (pngs.join(format!("{i}-ref.png")), pngs.join(format!("{i}-out.png"))))
+        .map(|i| {
+            (
+                pngs.join(format!("{i}-ref.png")),
+                pngs.join(format!("{i}-out.png")),
+            )
+        })
         .collect();
     let writer = {
         let lines: Vec<String> = made

@@ -405,8 +405,8 @@ fn tall_and_wide_images_get_every_variant_each_format_can_hold() {
 }
 
 /// Pillow's reading of each file (tests/reference/frames.py): format, size, frames, each
-/// frame's duration and the loop field.
-fn read_frames(files: &[&Path]) -> Vec<Value> {
+/// frame's duration and the loop field; with a reference, how far the frames are from its.
+fn read_frames(files: &[(&Path, Option<&Path>)]) -> Vec<Value> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/frames.py");
     let mut child = Command::new("/usr/bin/python3")
         .arg(script)
@@ -415,8 +415,12 @@ fn read_frames(files: &[&Path]) -> Vec<Value> {
         .spawn()
         .expect("Debian's python3 with python3-pil (scripts/setup.sh --test)");
     let mut stdin = child.stdin.take().unwrap();
-    for f in files {
-        writeln!(stdin, "{}", f.display()).unwrap();
+    for (f, reference) in files {
+        match reference {
+            Some(r) => writeln!(stdin, "{}\t{}", f.display(), r.display()),
+            None => writeln!(stdin, "{}", f.display()),
+        }
+        .unwrap();
     }
     drop(stdin);
     let out = child.wait_with_output().unwrap();
@@ -475,7 +479,12 @@ fn animations_keep_every_frame_delay_and_loop_in_webp_variants() {
         corpus("sharp_animated-loop-3.webp"),
         gif_with_zero_delays(work.path()),
     ];
-    let source_reads = read_frames(&sources.iter().map(|p| p.as_path()).collect::<Vec<_>>());
+    let source_reads = read_frames(
+        &sources
+            .iter()
+            .map(|p| (p.as_path(), None))
+            .collect::<Vec<_>>(),
+    );
     for (i, (source, src)) in sources.iter().zip(&source_reads).enumerate() {
         let name = source.file_name().unwrap().to_string_lossy().into_owned();
         let out = work.path().join(i.to_string());
@@ -500,7 +509,11 @@ fn animations_keep_every_frame_delay_and_loop_in_webp_variants() {
         };
         let durations = src["durations"].as_array().unwrap();
         let total: u64 = durations.iter().map(|d| d.as_u64().unwrap()).sum();
-        let reads = read_frames(&webps.iter().map(|f| f.path.as_path()).collect::<Vec<_>>());
+        let with_source: Vec<(&Path, Option<&Path>)> = webps
+            .iter()
+            .map(|f| (f.path.as_path(), Some(source.as_path())))
+            .collect();
+        let reads = read_frames(&with_source);
         for (f, r) in webps.iter().zip(&reads) {
             let at = format!("{name} {}", f.name);
             assert_eq!(r["format"], "WEBP", "{at}");
@@ -510,22 +523,40 @@ fn animations_keep_every_frame_delay_and_loop_in_webp_variants() {
             assert_eq!(r["size"], serde_json::json!([f.width, f.height]), "{at}");
             assert_eq!(f.frames, src["frames"].as_u64().map(|n| n as u32), "{at}");
             assert_eq!(f.duration_ms, Some(total), "{at}");
+            // Every frame shows its own picture (each holds only what changed).
+            let mae = r["worst_mae"].as_f64().unwrap();
+            assert!(mae < 6.0, "{at}: a frame is {mae:.2} from the source's");
         }
-        let reads = read_frames(&stills.iter().map(|f| f.path.as_path()).collect::<Vec<_>>());
+        let reads = read_frames(
+            &stills
+                .iter()
+                .map(|f| (f.path.as_path(), None))
+                .collect::<Vec<_>>(),
+        );
         for (f, r) in stills.iter().zip(&reads) {
-            assert_eq!((r["format"].as_str(), r["frames"].as_u64()), (Some("JPEG"), Some(1)));
+            assert_eq!(
+                (r["format"].as_str(), r["frames"].as_u64()),
+                (Some("JPEG"), Some(1))
+            );
             assert_eq!(r["size"], serde_json::json!([f.width, f.height]), "{name}");
             assert_eq!((f.frames, f.duration_ms), (None, None), "{name}");
         }
         // The variants of the planned widths up to the source's, in both formats.
         let w = src["size"][0].as_u64().unwrap() as u32;
         let widths = |v: &[&ProducedFile]| v.iter().map(|f| f.width).collect::<Vec<_>>();
-        let planned: Vec<u32> = [64, 320, 640].into_iter().filter(|p| *p < w).chain([w]).collect();
+        let planned: Vec<u32> = [64, 320, 640]
+            .into_iter()
+            .filter(|p| *p < w)
+            .chain([w])
+            .collect();
         assert_eq!(widths(&webps), planned, "{name}");
         assert_eq!(widths(&stills[..stills.len() - 1]), planned, "{name}");
     }
     // The zero-delay GIF: three frames of 0 ms, played three times.
-    assert_eq!(source_reads[3]["durations"], serde_json::json!([100, 0, 0, 50, 0, 200]));
+    assert_eq!(
+        source_reads[3]["durations"],
+        serde_json::json!([100, 0, 0, 50, 0, 200])
+    );
 }
 
 /// With `animation_mp4`, an animated GIF also becomes a playable H.264 MP4 at its own size
@@ -540,12 +571,22 @@ fn animated_gifs_can_also_be_h264_mp4() {
     let mp4: Vec<&ProducedFile> = o.files.iter().filter(|f| f.role == "rendition").collect();
     assert_eq!(mp4.len(), 1, "{o:?}");
     let f = mp4[0];
-    assert_eq!((f.name.as_str(), f.width, f.height), ("mp4/240p.mp4", 424, 240));
+    assert_eq!(
+        (f.name.as_str(), f.width, f.height),
+        ("mp4/240p.mp4", 424, 240)
+    );
     let gif_bytes = std::fs::metadata(&gif).unwrap().len();
-    assert!(f.size_bytes * 5 < gif_bytes, "{} of {gif_bytes} bytes", f.size_bytes);
+    assert!(
+        f.size_bytes * 5 < gif_bytes,
+        "{} of {gif_bytes} bytes",
+        f.size_bytes
+    );
     let probe = Command::new("ffprobe")
         .args(["-v", "error", "-count_frames", "-select_streams", "v:0"])
-        .args(["-show_entries", "stream=codec_name,profile,pix_fmt,width,height,nb_read_frames"])
+        .args([
+            "-show_entries",
+            "stream=codec_name,profile,pix_fmt,width,height,nb_read_frames",
+        ])
         .args(["-of", "json"])
         .arg(&f.path)
         .output()
@@ -555,7 +596,10 @@ fn animated_gifs_can_also_be_h264_mp4() {
     let s = &v["streams"][0];
     assert_eq!(s["codec_name"], "h264", "{v}");
     assert_eq!(s["pix_fmt"], "yuv420p", "{v}");
-    assert_eq!((s["width"].as_u64(), s["height"].as_u64()), (Some(424), Some(240)));
+    assert_eq!(
+        (s["width"].as_u64(), s["height"].as_u64()),
+        (Some(424), Some(240))
+    );
     assert_eq!(s["nb_read_frames"], "35", "every frame of the GIF: {v}");
     let decode = Command::new("ffmpeg")
         .args(["-v", "error", "-xerror", "-i"])
@@ -563,7 +607,10 @@ fn animated_gifs_can_also_be_h264_mp4() {
         .args(["-f", "null", "-"])
         .output()
         .unwrap();
-    assert!(decode.status.success() && decode.stderr.is_empty(), "{decode:?}");
+    assert!(
+        decode.status.success() && decode.stderr.is_empty(),
+        "{decode:?}"
+    );
     // Without the option, no rendition.
     let (_cfg, plain) = settings_with(&ANIMATION_PROFILE.replace("animation_mp4 = true", ""));
     let o = process(&plain, "anim", &gif, &work.path().join("plain")).unwrap();
@@ -574,7 +621,8 @@ fn animated_gifs_can_also_be_h264_mp4() {
 /// is decoded.
 #[test]
 fn gifs_over_the_frame_limit_fail_limits_exceeded() {
-    let (_cfg, settings) = settings_with(&format!("{ANIMATION_PROFILE}\n[limits]\nmax_frames = 29\n"));
+    let (_cfg, settings) =
+        settings_with(&format!("{ANIMATION_PROFILE}\n[limits]\nmax_frames = 29\n"));
     let work = tempfile::tempdir().unwrap();
     media::init(1);
     let job = settings.media_job("anim", None);

@@ -4,6 +4,8 @@
 //!
 //! The frames are assembled with libwebpmux ([`webpmux::animate`]), not libvips' saver:
 //! libwebp's animation encoder turns a 0 ms frame into 100 ms and merges identical frames.
+//! After the first, a frame only holds the rectangle where it differs from the frame before
+//! (the rest of the canvas stays), so a mostly still animation costs little more than a still.
 //! One frame at a time is in memory: the decoder's strip of frames stays lazy.
 
 use std::path::Path;
@@ -76,6 +78,7 @@ impl Animation {
         let scale = width.min(self.width) as f64 / self.width as f64;
         let mut frames = Vec::with_capacity(self.delays.len());
         let mut size = (0, 0);
+        let mut before: Vec<u8> = Vec::new();
         for (i, delay) in self.delays.iter().enumerate() {
             let mut frame = self
                 .strip
@@ -86,15 +89,139 @@ impl Animation {
             if scale < 1.0 {
                 frame = frame.resize(scale)?;
             }
-            let frame = frame.to_srgb8()?.without_metadata()?;
+            let frame = frame.to_srgb8()?.without_metadata()?.into_memory()?;
             size = (frame.width(), frame.height());
+            let pixels = frame.pixels()?;
+            let bands = frame.bands() as usize;
+            let rect = match i {
+                0 => Rect::whole(size),
+                // An unchanged frame still counts, for its delay: one pixel, as it was.
+                _ => changed(&before, pixels, size.0, bands).unwrap_or(Rect::PIXEL),
+            };
+            let webp = if rect == Rect::whole(size) {
+                frame.encode_webp(quality, |b| Ok(b.to_vec()))?
+            } else {
+                frame
+                    .extract(rect.x, rect.y, rect.width, rect.height)?
+                    .encode_webp(quality, |b| Ok(b.to_vec()))?
+            };
+            before.clear();
+            before.extend_from_slice(pixels);
             frames.push(Frame {
-                webp: frame.encode_webp(quality, |b| Ok(b.to_vec()))?,
+                webp,
+                x: rect.x,
+                y: rect.y,
                 duration_ms: *delay,
             });
         }
         let bytes = webpmux::animate(&frames, size, self.loop_count).map_err(VipsError)?;
         std::fs::write(path, bytes).map_err(|e| VipsError(format!("webpsave: {e}")))?;
         Ok(size)
+    }
+}
+
+/// A rectangle of a frame, in pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rect {
+    pub x: u32,
+    pub y: u32,
+    pub width: u32,
+    pub height: u32,
+}
+
+impl Rect {
+    const PIXEL: Rect = Rect {
+        x: 0,
+        y: 0,
+        width: 1,
+        height: 1,
+    };
+
+    fn whole((width, height): (u32, u32)) -> Rect {
+        Rect {
+            x: 0,
+            y: 0,
+            width,
+            height,
+        }
+    }
+}
+
+/// The smallest rectangle holding every pixel where frames `a` and `b` (`width` px wide,
+/// `bands` bytes a pixel) differ, its left and top moved to even coordinates (WebP stores frame
+/// offsets halved); `None` when they are equal.
+pub fn changed(a: &[u8], b: &[u8], width: u32, bands: usize) -> Option<Rect> {
+    let row = width as usize * bands;
+    let (mut left, mut right, mut top, mut bottom) = (usize::MAX, 0, usize::MAX, 0);
+    for (y, (ra, rb)) in a.chunks_exact(row).zip(b.chunks_exact(row)).enumerate() {
+        if ra == rb {
+            continue;
+        }
+        let first = ra.iter().zip(rb).position(|(p, q)| p != q)? / bands;
+        let last = row / bands
+            - 1
+            - ra.iter()
+                .rev()
+                .zip(rb.iter().rev())
+                .position(|(p, q)| p != q)?
+                / bands;
+        (top, bottom) = (top.min(y), y);
+        (left, right) = (left.min(first), right.max(last));
+    }
+    if top == usize::MAX {
+        return None;
+    }
+    let (x, y) = (left as u32 & !1, top as u32 & !1);
+    Some(Rect {
+        x,
+        y,
+        width: right as u32 + 1 - x,
+        height: bottom as u32 + 1 - y,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_keeps_only_what_changed_from_an_even_corner() {
+        // 5 x 4, one byte a pixel.
+        let a = vec![0u8; 20];
+        assert_eq!(changed(&a, &a, 5, 1), None);
+        let mut b = a.clone();
+        b[2 * 5 + 3] = 9; // (3, 2)
+        assert_eq!(
+            changed(&a, &b, 5, 1),
+            Some(Rect {
+                x: 2,
+                y: 2,
+                width: 2,
+                height: 1
+            })
+        );
+        b[3 * 5 + 4] = 9; // (4, 3)
+        b[5 + 1] = 9; // (1, 1)
+        assert_eq!(
+            changed(&a, &b, 5, 1),
+            Some(Rect {
+                x: 0,
+                y: 0,
+                width: 5,
+                height: 4
+            })
+        );
+        // Two bytes a pixel: the second byte of pixel (2, 0) alone.
+        let (a, mut b) = (vec![0u8; 8], vec![0u8; 8]);
+        b[5] = 1;
+        assert_eq!(
+            changed(&a, &b, 4, 2),
+            Some(Rect {
+                x: 2,
+                y: 0,
+                width: 1,
+                height: 1
+            })
+        );
     }
 }

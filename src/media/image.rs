@@ -64,7 +64,15 @@ pub(crate) fn run(
     let transformed = tracing::info_span!("image.compress")
         .in_scope(|| {
             let animation = animation.as_ref();
-            transform::run(&decoded, shared, animation, &probe, &job.profile, focal, out_dir)
+            transform::run(
+                &decoded,
+                shared,
+                animation,
+                &probe,
+                &job.profile,
+                focal,
+                out_dir,
+            )
         })
         .map_err(at(Stage::Transform))?;
     warnings.extend(transformed.warnings);

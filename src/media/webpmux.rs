@@ -68,16 +68,19 @@ const MUX_NOT_FOUND: c_int = 0;
 /// The metadata chunks of a WebP file.
 const METADATA: [&std::ffi::CStr; 3] = [c"EXIF", c"XMP ", c"ICCP"];
 
-/// One animation frame: a still WebP file (its metadata chunks are not taken) and how long it
-/// shows, in milliseconds (0 included: the next frame replaces it at once).
+/// One animation frame: a still WebP file (its metadata chunks are not taken), where it goes on
+/// the canvas (even offsets) and how long it shows, in milliseconds (0 included: the next frame
+/// replaces it at once).
 pub struct Frame {
     pub webp: Vec<u8>,
+    pub x: u32,
+    pub y: u32,
     pub duration_ms: u32,
 }
 
-/// An animated WebP of `frames`, each covering the whole `canvas` and replacing the one before
-/// (no blending, so a transparent pixel stays transparent), played `loop_count` times (0:
-/// forever). Unlike libwebp's animation encoder, which libvips uses, the mux keeps every frame
+/// An animated WebP of `frames` on a `canvas`, played `loop_count` times (0: forever). Each
+/// frame replaces the canvas pixels under it (no blending, so a transparent pixel stays
+/// transparent) and leaves the rest as they were. Unlike libwebp's animation encoder, which libvips uses, the mux keeps every frame
 /// as given: zero-duration frames are neither dropped nor lengthened, and identical frames are
 /// not merged.
 pub fn animate(frames: &[Frame], canvas: (u32, u32), loop_count: u32) -> Result<Vec<u8>, String> {
@@ -109,8 +112,8 @@ pub fn animate(frames: &[Frame], canvas: (u32, u32), loop_count: u32) -> Result<
                     bytes: f.webp.as_ptr(),
                     size: f.webp.len(),
                 },
-                x_offset: 0,
-                y_offset: 0,
+                x_offset: f.x as c_int,
+                y_offset: f.y as c_int,
                 // ANMF holds 24 bits of duration.
                 duration: f.duration_ms.min(0xFF_FFFF) as c_int,
                 id: CHUNK_ANMF,
