@@ -617,25 +617,40 @@ fn animated_gifs_can_also_be_h264_mp4() {
     assert!(o.files.iter().all(|f| f.role != "rendition"), "{o:?}");
 }
 
-/// A GIF with more frames than `limits.max_frames` fails `limits_exceeded` before any frame
-/// is decoded.
+/// A GIF with more frames than `limits.max_frames` fails `limits_exceeded`, and one cut off
+/// in the middle of a frame fails as corrupt (libvips alone would ship its whole frames as a
+/// shorter animation), both before any frame is decoded.
 #[test]
-fn gifs_over_the_frame_limit_fail_limits_exceeded() {
+fn gifs_over_the_frame_limit_or_cut_off_fail_before_decoding() {
     let (_cfg, settings) =
         settings_with(&format!("{ANIMATION_PROFILE}\n[limits]\nmax_frames = 29\n"));
     let work = tempfile::tempdir().unwrap();
     media::init(1);
     let job = settings.media_job("anim", None);
-    let failure = media::process(
-        &job,
-        &corpus("sharp_rotating-squares.gif"),
-        work.path(),
-        &mut Control::new(&mut |_| {}),
-    )
-    .unwrap_err();
+    let run = |input: &Path| {
+        let out = work.path().join("out").join(input.file_name().unwrap());
+        std::fs::create_dir_all(&out).unwrap();
+        let failure =
+            media::process(&job, input, &out, &mut Control::new(&mut |_| {})).expect_err("fails");
+        assert_eq!(
+            failure.stage,
+            media_worker::contract::Stage::Probe,
+            "{failure:?}"
+        );
+        assert!(std::fs::read_dir(&out).unwrap().next().is_none());
+        failure.error
+    };
+    let error = run(&corpus("sharp_rotating-squares.gif"));
     assert!(
-        matches!(&failure.error, media::MediaError::LimitsExceeded(m) if m == "30 frames, over the 29 limit"),
-        "{failure:?}"
+        matches!(&error, media::MediaError::LimitsExceeded(m) if m == "30 frames, over the 29 limit"),
+        "{error:?}"
     );
-    assert!(std::fs::read_dir(work.path()).unwrap().next().is_none());
+    let gif = std::fs::read(corpus("dlib_elon-musk-smoke.gif")).unwrap();
+    let cut = work.path().join("cut.gif");
+    std::fs::write(&cut, &gif[..gif.len() / 2]).unwrap();
+    let error = run(&cut);
+    assert!(
+        matches!(&error, media::MediaError::Corrupt(m) if m == "the GIF is cut off after 17 whole frames"),
+        "{error:?}"
+    );
 }

@@ -9,6 +9,7 @@ pub mod analyze;
 pub mod animation;
 pub mod control;
 pub mod error;
+mod gif;
 pub mod image;
 pub mod output;
 pub mod probe;

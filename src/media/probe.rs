@@ -50,6 +50,9 @@ pub fn run(input: &Path, format: ImageFormat, limits: &Limits) -> Result<Probe, 
             format.name()
         )));
     }
+    if format == ImageFormat::Gif {
+        super::gif::check_whole(input)?;
+    }
     let img = Image::open_header(input).map_err(|e| MediaError::Corrupt(e.0))?;
     let (w, h) = (img.width(), img.height());
     if w == 0 || h == 0 {
