@@ -7,7 +7,10 @@
 //! prints what analysis adds. `--isolation compare` does the same for media work in sandbox
 //! children (`process`, the worker's default) and on the bench's own threads (`inline`), and
 //! prints what the sandbox costs. CPU includes the sandbox children (and their ffmpeg); peak
-//! RSS is given for this process (the worker's part) and for the largest child.
+//! RSS is given for this process (the worker's part), for the largest child and summed over
+//! the processes (`peak_rss_total`, an upper bound); `peak_pss_total` is the largest memory
+//! the processes held at once (`--pss on`: PSS sampled every 20 ms, shared library pages
+//! counted once; the sampling costs CPU, so throughput is measured without it).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -59,6 +62,17 @@ fn take_peak_mib(pid: &str) -> f64 {
     peak
 }
 
+/// Proportional set size (MiB) of process `pid`: its private pages, and its share of pages
+/// other processes map too (0 once it is gone).
+fn pss_mib(pid: &str) -> f64 {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    rollup
+        .lines()
+        .find(|l| l.starts_with("Pss:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
 /// One configuration under test: a job runner and the CPU and wall time it has used.
 struct Mode {
     name: String,
@@ -70,6 +84,12 @@ struct Mode {
     /// Peak RSS of this process, and of the largest sandbox child, over its rounds (MiB).
     peak_parent: f64,
     peak_child: f64,
+    /// The largest sum, over a round, of this process's peak and every child's (an upper
+    /// bound: the peaks need not coincide, and pages the processes share count once each).
+    peak_total: f64,
+    /// The largest sum of the processes' PSS seen (sampled every 20 ms): what they hold at
+    /// once, shared pages counted once.
+    peak_pss: f64,
 }
 
 impl Mode {
@@ -83,9 +103,12 @@ impl Mode {
 }
 
 fn main() {
+    // As in the worker binary (its sandbox children included).
+    media_worker::allocator::tune();
     let profile = arg("--profile", "default");
     let pool = arg("--pool", "2");
     let rounds: usize = arg("--rounds", "3").parse().unwrap();
+    let sample_pss = arg("--pss", "off") == "on";
     let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
     let photos = corpus_photos(&corpus);
     let out = tempfile::tempdir().unwrap();
@@ -147,6 +170,8 @@ fn main() {
                 rounds: Vec::new(),
                 peak_parent: 0.0,
                 peak_child: 0.0,
+                peak_total: 0.0,
+                peak_pss: 0.0,
             }
         })
         .collect();
@@ -195,16 +220,41 @@ fn main() {
                 take_peak_mib(&c.to_string());
             }
             let (t0, c0) = (Instant::now(), cpu_seconds(&children));
-            run_round(&m.runner, round);
+            // Off when not asked for: reading smaps costs CPU.
+            let done = std::sync::atomic::AtomicBool::new(!sample_pss);
+            let pss = std::thread::scope(|s| {
+                let sampler = s.spawn(|| {
+                    let mut peak: f64 = 0.0;
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                        let pids = m.children().into_iter().map(|p| p.to_string());
+                        let sum: f64 = std::iter::once("self".to_owned())
+                            .chain(pids)
+                            .map(|p| pss_mib(&p))
+                            .sum();
+                        peak = peak.max(sum);
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                    peak
+                });
+                run_round(&m.runner, round);
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+                sampler.join().unwrap()
+            });
+            m.peak_pss = m.peak_pss.max(pss);
             // A child replaced during the round is counted through RUSAGE_CHILDREN once reaped.
             let cpu = cpu_seconds(&m.children()) - c0;
             m.wall += t0.elapsed().as_secs_f64();
             m.cpu += cpu;
             m.rounds.push(cpu);
-            m.peak_parent = m.peak_parent.max(take_peak_mib("self"));
+            let parent = take_peak_mib("self");
+            let mut total = parent;
+            m.peak_parent = m.peak_parent.max(parent);
             for c in m.children() {
-                m.peak_child = m.peak_child.max(take_peak_mib(&c.to_string()));
+                let child = take_peak_mib(&c.to_string());
+                m.peak_child = m.peak_child.max(child);
+                total += child;
             }
+            m.peak_total = m.peak_total.max(total);
         }
     }
     let images = (photos.len() * rounds) as f64;
@@ -212,13 +262,19 @@ fn main() {
         println!(
             "pipeline profile={profile} {} pool={pool_size} images={images} wall={:.2}s \
              throughput={:.2} images/s cpu_per_image={:.1}ms peak_rss_worker={:.0}MiB \
-             peak_rss_child={:.0}MiB",
+             peak_rss_child={:.0}MiB peak_rss_total={:.0}MiB{}",
             m.name,
             m.wall,
             images / m.wall,
             m.cpu / images * 1000.0,
             m.peak_parent,
             m.peak_child,
+            m.peak_total,
+            if sample_pss {
+                format!(" peak_pss_total={:.0}MiB", m.peak_pss)
+            } else {
+                String::new()
+            },
         );
     }
     if let ([process, inline], true) = (&modes[..], isolation.len() == 2) {

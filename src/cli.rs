@@ -66,6 +66,7 @@ enum Command {
 
 /// Exit codes: 0 done, 1 failure (or jobs abandoned at shutdown), 2 invalid configuration.
 pub fn main() -> ExitCode {
+    crate::allocator::tune();
     let cli = Cli::parse();
     let traces = crate::telemetry::init_logging();
     // A sandbox child needs no configuration, runtime or traces: jobs arrive complete.

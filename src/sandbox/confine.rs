@@ -75,7 +75,8 @@ pub fn cpu_budget(secs: u64) {
 }
 
 /// The environment of a child: the kept variables of this process, a small allocator arena
-/// count (address space counts against `RLIMIT_AS`), and `TMPDIR` in scratch.
+/// count for its ffmpeg (address space counts against `RLIMIT_AS`; the child itself sets its
+/// allocator up in code, see `allocator`), and `TMPDIR` in scratch.
 pub fn environment(tmp_dir: &std::path::Path) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = KEPT_ENV
         .iter()
