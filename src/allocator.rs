@@ -20,4 +20,3 @@ pub fn tune() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 20);
     }
 }
-

@@ -246,32 +246,48 @@ pub fn run(
     let size = (decoded.width(), decoded.height());
     let widths = plan_widths(&profile.widths, probe.width);
     let (plan, warnings) = plan_variants(&widths, size, &profile.formats);
-    for (w, formats) in plan {
+    // Widest first, each variant resized from the one before (a cascade): a reduce costs in
+    // proportion to the pixels it reads. In `make bench-quality` this took 20 % off the CPU of
+    // the JPEG variants and 10 % off WebP's, for a 2-3 % higher (worse) mean dssim, still below
+    // sharp's. Listed narrowest first.
+    let mut by_width = Vec::new();
+    let mut wider: Option<Image> = None;
+    for (w, formats) in plan.into_iter().rev() {
         let stem = format!("{w}w");
+        let mut made_here = Vec::new();
         let (moving, still): (Vec<FormatSpec>, Vec<FormatSpec>) = formats
             .iter()
             .partition(|f| animation.is_some() && f.format == OutputFormat::Webp);
         if let Some(animation) = animation {
             for spec in moving {
-                files.push(animated_webp(animation, w, spec.quality, &stem, out_dir)?);
+                made_here.push(animated_webp(animation, w, spec.quality, &stem, out_dir)?);
             }
         }
-        if still.is_empty() {
-            continue;
+        if !still.is_empty() {
+            let source = wider.as_ref().unwrap_or(decoded);
+            let resized = match made.take_if(|v| v.width == w) {
+                Some(v) => Some(v.image),
+                None => resized(source, w)?,
+            };
+            let out = Outputs {
+                stem: &stem,
+                role: Role::Variant,
+                crop: None,
+                dir: out_dir,
+            };
+            encode_all(
+                resized.as_ref().unwrap_or(decoded),
+                &still,
+                &out,
+                &mut made_here,
+            )?;
+            if resized.is_some() {
+                wider = resized;
+            }
         }
-        let resized = match made.take_if(|v| v.width == w) {
-            Some(v) => Some(v.image),
-            None => resized(decoded, w)?,
-        };
-        let img = resized.as_ref().unwrap_or(decoded);
-        let out = Outputs {
-            stem: &stem,
-            role: Role::Variant,
-            crop: None,
-            dir: out_dir,
-        };
-        encode_all(img, &still, &out, &mut files)?;
+        by_width.push(made_here);
     }
+    files.extend(by_width.into_iter().rev().flatten());
     if let Some(spec) = profile.thumbnail {
         let focal = focal.unwrap_or(Point {
             x: probe.width / 2,
