@@ -631,6 +631,18 @@ impl Image {
         })
     }
 
+    /// Scales to exactly `width` x `height` (a reduce with the default kernel, as [`resize`]).
+    ///
+    /// [`resize`]: Image::resize
+    pub fn resize_to(&self, width: u32, height: u32) -> Result<Image> {
+        let hscale = width as f64 / self.width() as f64;
+        let vscale = height as f64 / self.height() as f64;
+        produce("resize", |out| unsafe {
+            // SAFETY: valid image; option names and types match resize's; list terminated.
+            vips_resize(self.0, out, hscale, c"vscale".as_ptr(), vscale, END)
+        })
+    }
+
     /// Cuts out a rectangle.
     pub fn extract(&self, left: u32, top: u32, width: u32, height: u32) -> Result<Image> {
         produce("extract_area", |out| unsafe {
