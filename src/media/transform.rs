@@ -107,9 +107,9 @@ fn resized(source: &Image, (width, height): (u32, u32)) -> Result<Option<Image>,
 
 /// A reduce costs in proportion to the pixels it reads, so a variant is made from the
 /// narrowest variant made before that is at least this many times as wide, when there is one
-/// (320 from 640 from 1280). In `make bench-quality` this took the CPU of the JPEG variants
-/// from 60.5 to 46.3 ms a photo (WebP 124.6 to 112.4 at effort 4); each variant is resized to
-/// its exact planned size, so the cascade does not stretch it by a rounded height.
+/// (320 from 640 from 1280). In `make bench-quality` a cascade took the CPU of the JPEG
+/// variants from 60.5 to 48.5 ms a photo, and WebP's from 124.6 to 112.4. Each variant is
+/// resized to its exact planned size, so a cascade never stretches it by a rounded height.
 const CASCADE_RATIO: f64 = 2.0;
 
 /// The image to make a variant `width` px wide from, of the `wider` ones made before (in
