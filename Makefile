@@ -53,6 +53,7 @@ bench: setup-test
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 6 --isolation compare
 	cargo bench --bench pipeline -- --profile variants --pool 2 --rounds 6 --isolation compare
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3 --isolation process
+	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3 --isolation process --pss on
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3 --isolation inline
 	cargo bench --bench video -- --rounds 3
 	cargo bench --bench dispatch -- --messages 20000 --ids 50

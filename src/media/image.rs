@@ -13,7 +13,7 @@ use super::settings::{AnalysisSettings, MediaJob, Profile};
 use super::sniff;
 use super::transform;
 use super::vips;
-use crate::contract::{Analysis, MediaType, Point, Stage, Warning};
+use crate::contract::{Analysis, MediaType, OutputFormat, Point, Stage, Warning};
 
 /// The image pipeline. The input is decoded once, at the start of analyze (or of transform,
 /// without analysis).
@@ -57,9 +57,16 @@ pub(crate) fn run(
         .map(|v| v.focal_point);
 
     ctl.emit(Event::Stage(Stage::Transform));
-    let animation = match probe.frames {
-        1 => None,
-        _ => Some(Animation::open(input, &probe).map_err(at(Stage::Transform))?),
+    // Only WebP variants are animated.
+    let animated = probe.frames > 1
+        && job
+            .profile
+            .formats
+            .iter()
+            .any(|f| f.format == OutputFormat::Webp);
+    let animation = match animated {
+        true => Some(Animation::open(input, &probe).map_err(at(Stage::Transform))?),
+        false => None,
     };
     let transformed = tracing::info_span!("image.compress")
         .in_scope(|| {
