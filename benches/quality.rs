@@ -130,9 +130,21 @@ fn main() {
         }));
     }
     // sharp's outputs are the same every round; its CPU per photo and format is the least.
-    let mut sharp = run_sharp(root, &sharp_dir, &work.path().join("sharp"), &sharp_jobs);
+    let mut sharp = run_sharp(
+        root,
+        &sharp_dir,
+        &work.path().join("sharp"),
+        &sharp_jobs,
+        true,
+    );
     for _ in 1..rounds {
-        let again = run_sharp(root, &sharp_dir, &work.path().join("sharp"), &sharp_jobs);
+        let again = run_sharp(
+            root,
+            &sharp_dir,
+            &work.path().join("sharp"),
+            &sharp_jobs,
+            false,
+        );
         for (format, per_photo) in &mut sharp.cpu_ms {
             for ((_, ms), (_, ms2)) in per_photo.iter_mut().zip(&again.cpu_ms[format]) {
                 *ms = ms.min(*ms2);
@@ -171,8 +183,9 @@ fn main() {
     report(&tools, &job.profile.formats);
 }
 
-/// sharp's outputs of `jobs`, through benches/quality/sharp.mjs.
-fn run_sharp(root: &Path, sharp_dir: &Path, out: &Path, jobs: &[Value]) -> Tool {
+/// sharp's outputs of `jobs`, through benches/quality/sharp.mjs (naming, when `report`, the
+/// photos sharp fails).
+fn run_sharp(root: &Path, sharp_dir: &Path, out: &Path, jobs: &[Value], report: bool) -> Tool {
     let mut child = Command::new("node")
         .arg(root.join("benches/quality/sharp.mjs"))
         .arg(sharp_dir.join("node_modules/sharp"))
@@ -191,7 +204,9 @@ fn run_sharp(root: &Path, sharp_dir: &Path, out: &Path, jobs: &[Value]) -> Tool 
         let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
         let photo = v["name"].as_str().unwrap().to_owned();
         if let Some(e) = v.get("error") {
-            println!("skipped {photo}: sharp fails it ({e})");
+            if report {
+                println!("skipped {photo}: sharp fails it ({e})");
+            }
             continue;
         }
         for o in v["outputs"].as_array().unwrap() {
