@@ -77,13 +77,15 @@ impl JobError {
     /// write. Answered `internal` (retryable) only when the pod looks well; while it is sick
     /// the job is held instead (see `job::runner`).
     pub fn is_local(&self) -> bool {
-        matches!(
-            self,
-            Self::Storage(StorageError::Scratch(_))
-                | Self::Media(MediaError::Io(_) | MediaError::Cancelled)
-                | Self::Scan(ScanError::Input(_) | ScanError::NotConfigured)
-                | Self::Internal(_)
-        )
+        match self {
+            Self::Media(e) => e.is_local(),
+            _ => matches!(
+                self,
+                Self::Storage(StorageError::Scratch(_))
+                    | Self::Scan(ScanError::Input(_) | ScanError::NotConfigured)
+                    | Self::Internal(_)
+            ),
+        }
     }
 }
 

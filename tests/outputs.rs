@@ -561,7 +561,8 @@ fn animations_keep_every_frame_delay_and_loop_in_webp_variants() {
 
 /// With `animation_mp4`, an animated GIF also becomes a playable H.264 MP4 at its own size
 /// (smaller than every rung of the ladder), a fraction of the GIF's bytes: ffprobe reads its
-/// stream and ffmpeg decodes every frame without an error.
+/// stream and ffmpeg decodes every frame without an error. A GIF the video limits refuse
+/// keeps its image outputs.
 #[test]
 fn animated_gifs_can_also_be_h264_mp4() {
     let (_cfg, settings) = settings_with(ANIMATION_PROFILE);
@@ -610,6 +611,20 @@ fn animated_gifs_can_also_be_h264_mp4() {
     assert!(
         decode.status.success() && decode.stderr.is_empty(),
         "{decode:?}"
+    );
+    // A GIF over the video limits keeps its image outputs, with a warning instead of the MP4.
+    let (_cfg, short) = settings_with(&format!(
+        "{ANIMATION_PROFILE}\n[limits]\nmax_video_seconds = 1\n"
+    ));
+    let o = process(&short, "anim", &gif, &work.path().join("short")).unwrap();
+    assert!(o.files.iter().all(|f| f.role != "rendition"), "{o:?}");
+    assert!(o.files.iter().any(|f| f.frames == Some(35)), "{o:?}");
+    assert_eq!(
+        codes(&o.warnings),
+        [(
+            "animation_mp4_failed",
+            "limits exceeded: 1.8 s long, over the 1 s limit"
+        )]
     );
     // Without the option, no rendition.
     let (_cfg, plain) = settings_with(&ANIMATION_PROFILE.replace("animation_mp4 = true", ""));

@@ -296,6 +296,7 @@ pub struct Vision {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Warning {
     /// `analysis_failed` (no `vision` block), `poster_failed` (no poster outputs),
+    /// `animation_mp4_failed` (an animated GIF without its MP4 renditions),
     /// `variant_refitted` (made narrower to fit its format), `variant_skipped` (covered by a
     /// narrower variant of the same format).
     #[schemars(extend("enum" = WARNING_CODES))]
@@ -321,9 +322,10 @@ pub struct WorkerInfo {
 }
 
 /// The warning codes of the contract.
-pub const WARNING_CODES: [&str; 4] = [
+pub const WARNING_CODES: [&str; 5] = [
     "analysis_failed",
     "poster_failed",
+    "animation_mp4_failed",
     "variant_refitted",
     "variant_skipped",
 ];

@@ -33,6 +33,13 @@ pub enum MediaError {
     Timeout(Duration),
 }
 
+impl MediaError {
+    /// A fault of this pod (its scratch space) or a cancellation, not of the input.
+    pub fn is_local(&self) -> bool {
+        matches!(self, Self::Io(_) | Self::Cancelled)
+    }
+}
+
 impl From<std::io::Error> for MediaError {
     fn from(e: std::io::Error) -> Self {
         MediaError::Io(e.to_string())

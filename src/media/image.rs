@@ -64,9 +64,10 @@ pub(crate) fn run(
             .formats
             .iter()
             .any(|f| f.format == OutputFormat::Webp);
-    let animation = match animated {
-        true => Some(Animation::open(input, &probe).map_err(at(Stage::Transform))?),
-        false => None,
+    let animation = if animated {
+        Some(Animation::open(input, &probe).map_err(at(Stage::Transform))?)
+    } else {
+        None
     };
     let transformed = tracing::info_span!("image.compress")
         .in_scope(|| {

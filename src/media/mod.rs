@@ -23,7 +23,7 @@ mod webpmux;
 
 use std::path::Path;
 
-use crate::contract::{MediaType, Stage};
+use crate::contract::{MediaType, Stage, Warning};
 use error::at;
 use sniff::Sniffed;
 
@@ -56,9 +56,18 @@ pub fn process(
             // The image pipeline read the header already: it opens again.
             let animated = || vips::Image::open_header(input).is_ok_and(|i| i.pages() > 1);
             if format == sniff::ImageFormat::Gif && job.profile.animation_mp4 && animated() {
-                let (files, warnings) = video::animation_renditions(job, input, out_dir, ctl)?;
-                out.files.extend(files);
-                out.warnings.extend(warnings);
+                // The MP4 is an extra: when the GIF cannot be one, the image outputs still ship.
+                match video::animation_renditions(job, input, out_dir, ctl) {
+                    Ok((files, warnings)) => {
+                        out.files.extend(files);
+                        out.warnings.extend(warnings);
+                    }
+                    Err(f) if f.error.is_local() => return Err(f),
+                    Err(f) => out.warnings.push(Warning {
+                        code: "animation_mp4_failed".into(),
+                        message: f.error.to_string(),
+                    }),
+                }
             }
             Ok(out)
         }
