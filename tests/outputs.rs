@@ -251,27 +251,13 @@ fn variants_keep_the_colours_of_the_source() {
             pairs.push((name, f.name.clone(), f.path.clone()));
         }
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/colour.py");
-    let mut child = Command::new("/usr/bin/python3")
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("Debian's python3 with python3-pil (scripts/setup.sh --test)");
-    let mut stdin = child.stdin.take().unwrap();
-    for (name, _, path) in &pairs {
-        let line = serde_json::json!({"source": corpus(name), "output": path});
-        writeln!(stdin, "{line}").unwrap();
-    }
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let results: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+    let lines: Vec<String> = pairs
+        .iter()
+        .map(|(name, _, path)| {
+            serde_json::json!({"source": corpus(name), "output": path}).to_string()
+        })
         .collect();
-    assert_eq!(results.len(), pairs.len());
+    let results = reference("colour.py", &lines);
     let mut off = Vec::new();
     for ((name, file, _), r) in pairs.iter().zip(&results) {
         assert!(r.get("error").is_none(), "{name} {file}: {r}");
@@ -407,7 +393,25 @@ fn tall_and_wide_images_get_every_variant_each_format_can_hold() {
 /// Pillow's reading of each file (tests/reference/frames.py): format, size, frames, each
 /// frame's duration and the loop field; with a reference, how far the frames are from its.
 fn read_frames(files: &[(&Path, Option<&Path>)]) -> Vec<Value> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/frames.py");
+    let lines: Vec<String> = files
+        .iter()
+        .map(|(f, reference)| match reference {
+            Some(r) => format!("{}\t{}", f.display(), r.display()),
+            None => f.display().to_string(),
+        })
+        .collect();
+    let read = reference("frames.py", &lines);
+    for r in &read {
+        assert!(r.get("error").is_none(), "{r}");
+    }
+    read
+}
+
+/// The JSON line each of `lines` gets from tests/reference/`script` (Pillow).
+fn reference(script: &str, lines: &[String]) -> Vec<Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/reference")
+        .join(script);
     let mut child = Command::new("/usr/bin/python3")
         .arg(script)
         .stdin(Stdio::piped())
@@ -415,26 +419,19 @@ fn read_frames(files: &[(&Path, Option<&Path>)]) -> Vec<Value> {
         .spawn()
         .expect("Debian's python3 with python3-pil (scripts/setup.sh --test)");
     let mut stdin = child.stdin.take().unwrap();
-    for (f, reference) in files {
-        match reference {
-            Some(r) => writeln!(stdin, "{}\t{}", f.display(), r.display()),
-            None => writeln!(stdin, "{}", f.display()),
-        }
-        .unwrap();
+    for line in lines {
+        writeln!(stdin, "{line}").unwrap();
     }
     drop(stdin);
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
-    let read: Vec<Value> = String::from_utf8(out.stdout)
+    let results: Vec<Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(read.len(), files.len());
-    for r in &read {
-        assert!(r.get("error").is_none(), "{r}");
-    }
-    read
+    assert_eq!(results.len(), lines.len());
+    results
 }
 
 /// A GIF of six 64 x 48 frames, three of them shown for 0 ms, that plays three times (a

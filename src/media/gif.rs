@@ -57,8 +57,8 @@ fn walk(mut r: impl Read, frames: &mut u32) -> std::io::Result<()> {
 /// Skips the colour table a packed-fields byte announces (flag in bit 7, size in bits 0-2).
 fn skip_colour_table(r: &mut impl Read, packed: u8) -> std::io::Result<()> {
     if packed & 0x80 != 0 {
-        let len = 3 << ((packed & 7) + 1);
-        std::io::copy(&mut r.take(len), &mut std::io::sink()).and_then(|n| eof_unless(n == len))?;
+        let mut table = [0u8; 3 << 8];
+        r.read_exact(&mut table[..3 << ((packed & 7) + 1)])?;
     }
     Ok(())
 }
@@ -73,14 +73,6 @@ fn skip_sub_blocks(r: &mut impl Read) -> std::io::Result<()> {
             return Ok(());
         }
         r.read_exact(&mut buf[..len])?;
-    }
-}
-
-fn eof_unless(ok: bool) -> std::io::Result<()> {
-    if ok {
-        Ok(())
-    } else {
-        Err(ErrorKind::UnexpectedEof.into())
     }
 }
 
