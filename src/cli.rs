@@ -56,6 +56,9 @@ enum Command {
         /// The address-space cap the worker set (to name it when an allocation fails).
         #[arg(long, default_value_t = 0)]
         memory_limit: u64,
+        /// A sandbox layer turned off (`MEDIA_SANDBOX_DISABLE`).
+        #[arg(long)]
+        disable: Vec<String>,
     },
     /// Write the event contract's JSON Schemas.
     Schemas {
@@ -73,10 +76,15 @@ pub fn main() -> ExitCode {
     if let Command::Sandbox {
         vips_threads,
         memory_limit,
+        disable,
     } = cli.command
     {
-        return crate::sandbox::child::main(vips_threads, memory_limit);
+        return crate::sandbox::server::main(vips_threads, memory_limit, &disable);
     }
+    // No process of this uid (a job process of a non-root worker above all) may read this
+    // one's environment (the S3 secret), memory or descriptors, or trace it.
+    // SAFETY: a plain prctl on the calling process.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) };
     let settings = match Settings::load(cli.config.as_deref()) {
         Ok(s) => s,
         Err(e) => {

@@ -64,6 +64,8 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
         "worker.media_memory_limit_bytes",
     ),
     ("MEDIA_SANDBOX_PROGRAM", "worker.sandbox_program"),
+    ("MEDIA_SANDBOX_REQUIRE", "worker.sandbox_require"),
+    ("MEDIA_SANDBOX_DISABLE", "worker.sandbox_disable"),
     ("MAX_INPUT_BYTES", "limits.max_input_bytes"),
     ("MAX_IMAGE_PIXELS", "limits.max_image_pixels"),
     ("MAX_VIDEO_SECONDS", "limits.max_video_seconds"),
@@ -103,6 +105,7 @@ const STRING_KEYS: &[&str] = &[
     "worker.tmp_dir",
     "worker.isolation",
     "worker.sandbox_program",
+    "worker.sandbox_disable",
     "http.addr",
     "api.addr",
     "api.tokens_file",
@@ -220,13 +223,27 @@ pub struct WorkerSettings {
     /// Address-space cap of each sandbox child and its ffmpeg; 0 = derived
     /// ([`Settings::media_memory_limit`]).
     pub media_memory_limit_bytes: u64,
-    /// A sandbox child is replaced after this many jobs...
-    pub sandbox_recycle_jobs: u32,
-    /// ...or once its resident memory is above this after a job.
-    pub sandbox_recycle_rss_bytes: u64,
+    /// Refuse to start unless every sandbox layer is active (`sandbox::Layers`).
+    pub sandbox_require: bool,
+    /// Sandbox layers turned off, comma-separated (`landlock`, `seccomp`, `unprivileged`, or
+    /// `all`): for a kernel whose support misbehaves.
+    #[serde(default)]
+    pub sandbox_disable: String,
     /// The executable started as `<program> sandbox`; empty = this executable.
     #[serde(default)]
     pub sandbox_program: Option<PathBuf>,
+}
+
+impl WorkerSettings {
+    /// The sandbox layers turned off, by name.
+    pub fn sandbox_disabled(&self) -> Vec<String> {
+        self.sandbox_disable
+            .split(',')
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
 }
 
 /// Where the native media work of a job runs.
@@ -569,6 +586,18 @@ impl Settings {
         }
         if self.kafka.commit_interval_ms == 0 {
             return invalid("kafka.commit_interval_ms", "must be positive");
+        }
+        let layers = ["landlock", "seccomp", "unprivileged", "all"];
+        if !self
+            .worker
+            .sandbox_disabled()
+            .iter()
+            .all(|l| layers.contains(&l.as_str()))
+        {
+            return invalid(
+                "worker.sandbox_disable",
+                "names a layer that is not landlock, seccomp, unprivileged or all",
+            );
         }
         self.validate_api_and_scan()
     }

@@ -1,5 +1,7 @@
-//! Per-job scratch directories: `{TMP_DIR}/{job id}`, removed on every exit path (the guard's
-//! `Drop` runs on success, error, panic unwinding and future cancellation alike).
+//! Per-job scratch directories: `{TMP_DIR}/{job id}` (mode 0700), removed on every exit path
+//! (the guard's `Drop` runs on success, error, panic unwinding and future cancellation alike).
+//! It holds the source, `out/` and `tmp/` (the media work's, see `sandbox::layers::grant`) and
+//! the worker's own records beside them, where the media work cannot write.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -13,8 +15,14 @@ pub struct ScratchDir {
 impl ScratchDir {
     pub fn create(root: &Path, job_id: &str) -> io::Result<ScratchDir> {
         debug_assert!(job_id.starts_with(PREFIX));
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::create_dir_all(root)?;
         let path = root.join(job_id);
-        std::fs::create_dir_all(path.join("out"))?;
+        let mut dirs = std::fs::DirBuilder::new();
+        dirs.mode(0o700);
+        for dir in [&path, &path.join("out"), &path.join("tmp")] {
+            dirs.create(dir)?;
+        }
         Ok(ScratchDir { path })
     }
 
@@ -28,6 +36,10 @@ impl ScratchDir {
     /// Where outputs are written before upload.
     pub fn out_dir(&self) -> PathBuf {
         self.path.join("out")
+    }
+    /// The media work's temporary files (`TMPDIR`).
+    pub fn tmp_dir(&self) -> PathBuf {
+        self.path.join("tmp")
     }
 }
 

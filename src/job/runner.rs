@@ -275,14 +275,10 @@ impl JobRunner {
             tracing::info!(job = job.id(), renditions = ?media_job.resume,
                 "renditions uploaded by an earlier attempt are not made again");
         }
-        let work = Work {
-            job: media_job,
-            input: scratch.source(),
-            out_dir: scratch.out_dir(),
-            // MEDIA_TIMEOUT_SECS, or what the media code announces once it knows (a video's
-            // limit follows its duration).
-            limit: Duration::from_secs(svc.settings.worker.media_timeout_secs),
-        };
+        // MEDIA_TIMEOUT_SECS, or what the media code announces once it knows (a video's limit
+        // follows its duration).
+        let limit = Duration::from_secs(svc.settings.worker.media_timeout_secs);
+        let work = Work::new(media_job, &scratch, limit);
         // A pool permit is one core: held for the native work only, so downloads and uploads
         // overlap other jobs' CPU work (their number is bounded by the consumer's in-flight cap).
         // The executor keeps it until the native work has really stopped.

@@ -88,6 +88,22 @@ pub fn executor(
         _ => std::env::current_exe()?,
     };
     let memory_limit = settings.media_memory_limit();
+    let disabled = settings.worker.sandbox_disabled();
+    // The fork servers find the same on the same kernel (and say so when they start).
+    let layers = sandbox::Layers::available(&disabled);
+    for (layer, on) in layers.list() {
+        metrics
+            .sandbox_layers
+            .with_label_values(&[layer])
+            .set(i64::from(on));
+    }
+    let missing = layers.missing();
+    if settings.worker.sandbox_require && !missing.is_empty() {
+        anyhow::bail!(
+            "MEDIA_SANDBOX_REQUIRE: sandbox layers not available here: {}",
+            missing.join(", ")
+        );
+    }
     let pool = sandbox::Pool::new(sandbox::PoolConfig {
         program,
         vips_threads: settings.worker.vips_threads,
@@ -96,17 +112,19 @@ pub fn executor(
             file_bytes: settings.limits.max_output_file_bytes,
             nice,
         },
-        recycle_jobs: settings.worker.sandbox_recycle_jobs,
-        recycle_rss_bytes: settings.worker.sandbox_recycle_rss_bytes,
-        tmp_dir: settings.worker.tmp_dir.clone(),
+        disabled,
         deaths: metrics.sandbox_deaths.clone(),
     });
     pool.warm(slots)?;
+    let active = layers.list();
     tracing::info!(
-        children = slots,
+        servers = slots,
         nice,
         memory_limit = settings.media_memory_limit(),
-        "media work runs in sandbox children"
+        landlock_abi = sandbox::layers::landlock_abi(),
+        layers = ?active,
+        missing = ?missing,
+        "media work runs in confined job processes"
     );
     Ok(Executor::Sandbox(pool))
 }

@@ -82,3 +82,60 @@ impl PartialEq<&str> for Role {
         self.as_str() == *other
     }
 }
+
+/// Output names, also the last part of their keys: one place for the media code that writes
+/// the files and for the worker, which uploads what a sandbox reports only under the name
+/// [`expected_name`] gives it.
+pub mod names {
+    use crate::contract::OutputFormat;
+
+    use crate::media::settings::ThumbnailSpec;
+
+    /// `640w`
+    pub fn variant_stem(width: u32) -> String {
+        format!("{width}w")
+    }
+    /// `thumb_320x320`
+    pub fn thumbnail_stem(spec: ThumbnailSpec) -> String {
+        format!("thumb_{}x{}", spec.width, spec.height)
+    }
+    /// `640w.webp`
+    pub fn image(stem: &str, format: OutputFormat) -> String {
+        format!("{stem}.{}", format.ext())
+    }
+    /// `mp4/720p.mp4`
+    pub fn rendition(height: u32) -> String {
+        format!("mp4/{height}p.mp4")
+    }
+    /// `poster/640w.webp`
+    pub fn poster(name: &str) -> String {
+        format!("poster/{name}")
+    }
+}
+
+/// The name a file `f` of `job` has, from its role, format and size alone (never from the name
+/// or path its producer gave it); `None` when `job` makes no such file.
+pub fn expected_name(job: &super::MediaJob, f: &ProducedFile) -> Option<String> {
+    let profile = &job.profile;
+    let image = |thumbnail: bool| {
+        let FileFormat::Image(format) = f.format else {
+            return None;
+        };
+        if !profile.formats.iter().any(|s| s.format == format) {
+            return None;
+        }
+        let stem = match (thumbnail, profile.thumbnail) {
+            (false, _) => names::variant_stem(f.width),
+            (true, Some(spec)) => names::thumbnail_stem(spec),
+            (true, None) => return None,
+        };
+        Some(names::image(&stem, format))
+    };
+    match (f.role, f.format) {
+        (Role::Variant, _) => image(false),
+        (Role::Thumbnail, _) => image(true),
+        (Role::Poster, _) => image(f.crop.is_some()).map(|n| names::poster(&n)),
+        (Role::Rendition, FileFormat::Mp4) => Some(names::rendition(f.width.min(f.height))),
+        (Role::Rendition, _) => None,
+    }
+}

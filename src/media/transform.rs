@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::animation::Animation;
 use super::error::MediaError;
-use super::output::{FileFormat, ProducedFile, Role};
+use super::output::{FileFormat, ProducedFile, Role, names};
 use super::probe::Colour;
 use super::probe::Probe;
 use super::settings::{FormatSpec, Profile, ThumbnailSpec};
@@ -270,7 +270,7 @@ pub fn run(
     let mut by_width = Vec::new();
     let mut wider: Vec<Image> = Vec::new();
     for (w, formats) in plan.into_iter().rev() {
-        let stem = format!("{w}w");
+        let stem = names::variant_stem(w);
         let mut made_here = Vec::new();
         let (moving, still): (Vec<FormatSpec>, Vec<FormatSpec>) = formats
             .iter()
@@ -311,7 +311,7 @@ pub fn run(
         });
         let (thumb, crop) = cover_crop(decoded, probe, spec, focal).map_err(transform_err)?;
         let out = Outputs {
-            stem: &format!("thumb_{}x{}", spec.width, spec.height),
+            stem: &names::thumbnail_stem(spec),
             role: Role::Thumbnail,
             crop: Some(crop),
             dir: out_dir,
@@ -329,7 +329,7 @@ fn animated_webp(
     stem: &str,
     dir: &Path,
 ) -> Result<ProducedFile, MediaError> {
-    let name = format!("{stem}.{}", OutputFormat::Webp.ext());
+    let name = names::image(stem, OutputFormat::Webp);
     let path = dir.join(&name);
     let (width, height) = animation
         .save_webp(width, quality, &path)
@@ -406,7 +406,7 @@ fn encode_all(
         None
     };
     for spec in formats {
-        let name = format!("{}.{}", out.stem, spec.format.ext());
+        let name = names::image(out.stem, spec.format);
         let path = out.dir.join(&name);
         let src = match spec.format {
             OutputFormat::Jpeg => opaque.as_ref().unwrap_or(img),

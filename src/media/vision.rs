@@ -136,6 +136,25 @@ fn with_cascade<T>(
     result
 }
 
+/// Loads the cascades of `settings` once, ahead of the jobs that use them (a fork server, so
+/// that each job process starts with them parsed). A cascade that fails to load is left to the
+/// job to report.
+pub fn preload(settings: &AnalysisSettings) {
+    let paths = [
+        Some(&settings.face_cascade),
+        settings.profile_cascade.as_ref(),
+    ];
+    for path in paths.into_iter().flatten() {
+        let mut idle = CASCADES.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.iter().any(|(p, _)| p == path) {
+            continue;
+        }
+        if let Ok(c) = load_cascade(path) {
+            idle.push((path.clone(), c));
+        }
+    }
+}
+
 /// Loads a cascade, failing clearly when the file is missing or not a cascade.
 pub fn load_cascade(path: &Path) -> CvResult<CascadeClassifier> {
     let c = CascadeClassifier::new(path)?;

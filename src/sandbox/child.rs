@@ -1,88 +1,139 @@
-//! The child side: `media-worker sandbox` runs jobs one at a time, read from stdin, and
-//! answers on what was stdout (its own fd 1 then points at stderr, so that nothing a library
-//! prints can corrupt the protocol).
+//! A job process: forked by the fork server for one job, it confines itself (limits, an
+//! unprivileged uid, Landlock, seccomp; see `layers`) before it opens the input, runs the job
+//! and writes its [`Reply`] lines to its own pipe (fd 3). It never serves a second job.
 //!
-//! When stdin closes (the worker exited or was killed) the child exits at once, mid-job or
-//! not; its ffmpeg, if any, dies with it (`PR_SET_PDEATHSIG`).
+//! It dies with the server (`PR_SET_PDEATHSIG`); its ffmpeg, if any, dies with it.
 
-use std::io::{BufRead, BufWriter, Write};
-use std::os::fd::FromRawFd;
-use std::sync::mpsc;
+use std::io::{BufWriter, Write};
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+use std::path::Path;
+
+use seccompiler::BpfProgram;
 
 use crate::contract::{Failure, Stage};
 use crate::media::{self, Control, Event, MediaError, MediaFailure};
 
 use super::confine;
+use super::layers::{self, Allowed, JobPaths, Layers};
 use super::protocol::{Reply, Request};
 
-/// Runs jobs until stdin closes. `memory_limit` is the `RLIMIT_AS` the worker set (0 unknown).
-pub fn main(vips_threads: usize, memory_limit: u64) -> std::process::ExitCode {
-    // SAFETY: plain descriptor and signal calls at start-up, before any other thread exists.
-    let protocol = unsafe {
-        let fd = libc::dup(1);
-        assert!(fd >= 0, "dup stdout");
-        libc::dup2(2, 1);
-        // A write past RLIMIT_FSIZE fails with EFBIG (an error of that job) instead of killing
-        // the child; ffmpeg inherits the ignored disposition.
-        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-        // Rust's stack-overflow handler survives a SIGSEGV that is not a fault of its own (one
-        // sent by `kill`); here every SIGSEGV or SIGBUS ends the child, as a crash.
-        libc::signal(libc::SIGSEGV, libc::SIG_DFL);
-        libc::signal(libc::SIGBUS, libc::SIG_DFL);
-        std::fs::File::from_raw_fd(fd)
-    };
-    let mut out = BufWriter::new(protocol);
-    media::init(vips_threads);
+/// The reply pipe's descriptor in a job process.
+const REPLY_FD: i32 = 3;
 
-    let (tx, jobs) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-        // SAFETY: ends the process now; nothing it holds needs cleaning up (the worker removes
-        // scratch once it has reaped this process).
-        unsafe { libc::_exit(0) };
-    });
+/// Tasks a job process and what it starts may add to its uid (`RLIMIT_NPROC`; threads count):
+/// room for ffmpeg's and libvips' threads, not for a fork bomb.
+const TASKS: u64 = 1024;
 
-    for line in jobs {
-        let req: Request = match serde_json::from_str(&line) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(error = %e, "sandbox: unreadable request");
-                return std::process::ExitCode::from(2);
-            }
-        };
-        confine::cpu_budget(req.cpu_secs);
-        let result = run(&req, memory_limit, &mut |e| {
-            send(&mut out, &Reply::Event(e));
-        });
-        send(&mut out, &Reply::Done(result));
+/// What the fork server prepares once for every job process.
+pub struct Plan {
+    pub layers: Layers,
+    allowed: Allowed,
+    filters: Option<[BpfProgram; 2]>,
+    /// The `RLIMIT_AS` the worker set (0 unknown), to name it when an allocation fails.
+    memory_limit: u64,
+}
+
+impl Plan {
+    pub fn new(layers: Layers, memory_limit: u64) -> std::io::Result<Plan> {
+        Ok(Plan {
+            layers,
+            allowed: Allowed::resolve(&["ffmpeg", "ffprobe"]),
+            filters: layers.seccomp.then(layers::seccomp_filters).transpose()?,
+            memory_limit,
+        })
     }
-    std::process::ExitCode::SUCCESS
+}
+
+/// The job process's life, from fork to exit.
+pub fn run(req: &Request, reply: OwnedFd, plan: &Plan) -> ! {
+    let mut out = BufWriter::new(std::fs::File::from(setup_fds(reply)));
+    let result = match confine_self(req, plan) {
+        Ok(()) => job(req, plan.memory_limit, &mut out),
+        Err(e) => Err(Failure {
+            stage: Stage::Probe,
+            error: MediaError::Io(format!("cannot confine the sandbox: {e}")),
+        }),
+    };
+    send(&mut out, &Reply::Done(result));
+    // SAFETY: ends the process now: nothing it holds needs cleaning up (the worker removes
+    // scratch once the server has reaped this process).
+    unsafe { libc::_exit(0) }
+}
+
+/// fd 0 is /dev/null, 1 and 2 the server's stderr, 3 the reply pipe (not inherited by ffmpeg);
+/// nothing else stays open (the server's stdin and protocol above all).
+fn setup_fds(reply: OwnedFd) -> OwnedFd {
+    // SAFETY: descriptor calls in a freshly forked, single-threaded process.
+    unsafe {
+        libc::setpgid(0, 0);
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        let fd = reply.into_raw_fd();
+        if fd != REPLY_FD {
+            libc::dup2(fd, REPLY_FD);
+            libc::close(fd);
+        }
+        libc::fcntl(REPLY_FD, libc::F_SETFD, libc::FD_CLOEXEC);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        libc::dup2(null, 0);
+        libc::close_range(REPLY_FD as u32 + 1, u32::MAX, 0);
+        OwnedFd::from_raw_fd(REPLY_FD)
+    }
+}
+
+/// Every layer of the plan, in the order that lets each be set: limits and the OOM score
+/// while allowed, then the uid, then Landlock and seccomp (which need no privilege).
+fn confine_self(req: &Request, plan: &Plan) -> std::io::Result<()> {
+    // SAFETY: setenv in a single-threaded process.
+    unsafe { std::env::set_var("TMPDIR", &req.tmp_dir) };
+    confine::job_limits(req.cpu_secs, TASKS)?;
+    // The OOM killer takes a decoder before the worker.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
+    if plan.layers.unprivileged {
+        layers::drop_privileges()?;
+    }
+    confine::no_new_privileges()?;
+    let cascades: Vec<&Path> = [
+        Some(req.job.analysis.face_cascade.as_path()),
+        req.job.analysis.profile_cascade.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let paths = JobPaths {
+        input: &req.input,
+        writable: &[&req.out_dir, &req.tmp_dir],
+        read: cascades,
+    };
+    layers::landlock(plan.layers, &plan.allowed, &paths)?;
+    if let Some(filters) = &plan.filters {
+        layers::seccomp(filters)?;
+    }
+    Ok(())
 }
 
 fn send(out: &mut impl Write, reply: &Reply) {
     let mut line = serde_json::to_vec(reply).expect("replies serialise");
     line.push(b'\n');
-    // The worker is gone if this fails: stdin's EOF ends the process.
+    // The server is gone if this fails, and this process dies with it.
     let _ = out.write_all(&line).and_then(|_| out.flush());
 }
 
 /// One job, with a panic or an allocation failure reported as what it is.
-fn run(
+fn job(
     req: &Request,
     memory_limit: u64,
-    emit: &mut dyn FnMut(Event),
+    out: &mut impl Write,
 ) -> Result<media::MediaOutput, MediaFailure> {
+    #[cfg(feature = "attack-probe")]
+    if let Some(r) = super::attack::perform(req, out) {
+        return r;
+    }
     let mut stage = Stage::Probe;
     let mut on_event = |e: Event| {
         if let Event::Stage(s) = e {
             stage = s;
         }
-        emit(e)
+        send(out, &Reply::Event(e))
     };
     let mut ctl = Control::new(&mut on_event);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -1,6 +1,6 @@
-//! What a sandbox child may use: resource limits, an emptied environment, no new privileges.
-//! Applied between fork and exec, so the child and everything it starts (ffmpeg, ffprobe)
-//! inherit them.
+//! What a sandbox process may use: resource limits, an emptied environment, no new privileges.
+//! [`Limits`] are applied to the fork server between fork and exec, so its job processes and
+//! everything they start (ffmpeg, ffprobe) inherit them; [`job_limits`] in each job process.
 
 use std::ffi::OsString;
 use std::io;
@@ -35,14 +35,10 @@ impl Limits {
             if self.nice != 0 && libc::setpriority(libc::PRIO_PROCESS, 0, self.nice) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            // setuid binaries and file capabilities cannot grant a decoder anything.
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // Killed with the worker (also covered by the closed stdin, see `child`).
+            // Killed with the worker (also covered by the closed stdin, see `server`).
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
         }
-        Ok(())
+        no_new_privileges()
     }
 }
 
@@ -58,32 +54,52 @@ fn set(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Sets this process's CPU-time soft limit to `secs` beyond what it has used (`SIGXCPU` past
-/// it). A reused child calls it per job; the hard limit stays open for the next job.
-pub fn cpu_budget(secs: u64) {
-    // SAFETY: getrusage/setrlimit with valid structs.
-    unsafe {
-        let mut used: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut used);
-        let spent = (used.ru_utime.tv_sec + used.ru_stime.tv_sec) as u64;
-        let lim = libc::rlimit {
-            rlim_cur: spent + secs,
-            rlim_max: libc::RLIM_INFINITY,
-        };
-        libc::setrlimit(libc::RLIMIT_CPU, &lim);
+/// The limits of one job process, fresh from the fork: `cpu_secs` of CPU (`SIGXCPU`, then
+/// `SIGKILL` 5 s later: the hard limit too, so nothing it runs can raise it), and at most
+/// `tasks` more tasks of its uid than exist now (`RLIMIT_NPROC`, counted per uid).
+pub fn job_limits(cpu_secs: u64, tasks: u64) -> io::Result<()> {
+    let cpu = libc::rlimit {
+        rlim_cur: cpu_secs,
+        rlim_max: cpu_secs.saturating_add(5),
+    };
+    // SAFETY: setrlimit with a valid struct.
+    if unsafe { libc::setrlimit(libc::RLIMIT_CPU, &cpu) } != 0 {
+        return Err(io::Error::last_os_error());
     }
+    set(libc::RLIMIT_NPROC, tasks + tasks_now())
 }
 
-/// The environment of a child: the kept variables of this process, a small allocator arena
-/// count for its ffmpeg (address space counts against `RLIMIT_AS`; the child itself sets its
-/// allocator up in code, see `allocator`), and `TMPDIR` in scratch.
-pub fn environment(tmp_dir: &std::path::Path) -> Vec<(OsString, OsString)> {
+/// Tasks (threads included) this process can see: an upper bound of its uid's.
+fn tasks_now() -> u64 {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    procs
+        .flatten()
+        .filter(|e| e.file_name().as_encoded_bytes()[0].is_ascii_digit())
+        .map(|e| std::fs::read_dir(e.path().join("task")).map_or(1, |t| t.count() as u64))
+        .sum()
+}
+
+/// `PR_SET_NO_NEW_PRIVS`: no setuid program or file capability can give anything back (and
+/// seccomp needs it to be installed without privilege).
+pub fn no_new_privileges() -> io::Result<()> {
+    // SAFETY: a plain prctl on the calling process.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The environment of a fork server: the kept variables of this process and a small
+/// allocator arena count for its ffmpeg (address space counts against `RLIMIT_AS`; the server
+/// sets its own allocator up in code, see `allocator`). Each job process adds its `TMPDIR`.
+pub fn environment() -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = KEPT_ENV
         .iter()
         .filter_map(|k| std::env::var_os(k).map(|v| ((*k).into(), v)))
         .collect();
     env.push(("MALLOC_ARENA_MAX".into(), "2".into()));
-    env.push(("TMPDIR".into(), tmp_dir.into()));
     env
 }
 

@@ -1,15 +1,26 @@
-//! Where a job's native media work runs ([`Executor`]): in a sandboxed child process (the
-//! default: a crash, a runaway decode or a hostile file costs that job only) or inline on a
-//! blocking thread of the worker (the `process` CLI, benchmarks).
+//! Where a job's native media work runs ([`Executor`]): in a confined job process (the
+//! default: a crash, a runaway decode or a compromised decoder costs that job only and reaches
+//! nothing else) or inline on a blocking thread of the worker (the `process` CLI, benchmarks).
 //!
-//! `pool` is the worker's side (children started ahead, reused, killed and reaped at the time
-//! limit), `child` the child's (`media-worker sandbox`), `protocol` what they exchange and
-//! `confine` the limits a child runs under.
+//! - `pool`: the worker's side. Fork servers started ahead, one job at a time each; the worker
+//!   trusts nothing they relay (bounded lines, clamped limits, deadlines on every wait) and
+//!   checks the outputs itself (`outputs`).
+//! - `server`: the fork server (`media-worker sandbox`), libraries loaded, idle between jobs;
+//!   it forks one job process per job and kills whatever that process left.
+//! - `child`: the job process, which confines itself (`layers`, `confine`) before it reads
+//!   the input.
+//! - `protocol`: what they say; `lines`, `stderr_tail`: reading it bounded.
 
+#[cfg(feature = "attack-probe")]
+pub mod attack;
 pub mod child;
 pub mod confine;
+pub mod layers;
+mod lines;
+mod outputs;
 mod pool;
 pub mod protocol;
+pub mod server;
 mod stderr_tail;
 
 use std::path::PathBuf;
@@ -23,6 +34,7 @@ use crate::contract::{Failure, Stage};
 use crate::media::{self, Control, Event, MediaError, MediaFailure, MediaJob, MediaOutput};
 
 pub use confine::Limits;
+pub use layers::Layers;
 pub use pool::{Pool, PoolConfig};
 
 /// One job's media work.
@@ -31,8 +43,28 @@ pub struct Work {
     pub job: MediaJob,
     pub input: PathBuf,
     pub out_dir: PathBuf,
+    /// The work's `TMPDIR`.
+    pub tmp_dir: PathBuf,
     /// Time limit, until the work announces its own (`Event::TimeLimit`, a video's).
     pub limit: Duration,
+    /// The most the work may announce: the worker's own figure for this job.
+    pub max_limit: Duration,
+}
+
+impl Work {
+    /// The work of `job` in a scratch directory: the limit `limit` until a video announces its
+    /// own, at most what its profile and limits allow.
+    pub fn new(job: MediaJob, scratch: &crate::scratch::ScratchDir, limit: Duration) -> Work {
+        let max_limit = media::video::time_ceiling(&job).max(limit);
+        Work {
+            job,
+            input: scratch.source(),
+            out_dir: scratch.out_dir(),
+            tmp_dir: scratch.tmp_dir(),
+            limit,
+            max_limit,
+        }
+    }
 }
 
 /// Runs media work inline or in sandbox children.
@@ -99,7 +131,10 @@ async fn inline(
         let mut events = |e: Event| {
             match e {
                 Event::Stage(s) => *current.lock().unwrap() = s,
-                Event::TimeLimit(d) => announced.store(d.as_millis() as u64, Ordering::Relaxed),
+                Event::TimeLimit(d) => {
+                    let d = d.min(work.max_limit);
+                    announced.store(d.as_millis() as u64, Ordering::Relaxed)
+                }
                 _ => {}
             }
             on_event(e)

@@ -1,12 +1,14 @@
-//! The worker side: a pool of pre-started sandbox children, reused across jobs.
+//! The worker side: fork servers started ahead (one per concurrent job), each running one job
+//! at a time in a fresh job process.
 //!
-//! Protocol, per job: the worker writes one [`Request`] line to an idle child's stdin; the
-//! child answers with [`Reply::Event`] lines and one [`Reply::Done`]. A child that stops
-//! answering is dead (a signal, the memory cap) or killed by the worker: at the job's time
-//! limit or when the job is cancelled, its process group gets SIGKILL and it is reaped before
-//! [`Pool::run`] returns, so the caller's pool permit and scratch outlive the work. A child is
-//! returned to the pool after a successful job, and replaced after `recycle_jobs` jobs, above
-//! `recycle_rss_bytes`, or after any failure (a decoder error may leave state behind).
+//! Per job, the worker writes one [`Request`] line to an idle server and reads its [`Frame`]s:
+//! `Started`, the job's replies, `Ended` once the job process and all it started are gone. The
+//! worker believes none of it beyond what it can check: every line is bounded (stdout and
+//! stderr), an announced time limit is clamped to the job's ceiling, the outputs are opened
+//! beneath the job's directory by the worker itself (`outputs`), and every wait and kill has a
+//! deadline. At the job's time limit, at cancellation or on a violation, the job's process
+//! group gets SIGKILL and the server reports its end; a server that does not within
+//! [`GRACE`] is killed and reaped too, so the caller's pool permit and scratch outlive the work.
 
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
@@ -15,7 +17,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{Child as Process, ChildStdin, ChildStdout};
 use tokio_util::sync::CancellationToken;
 
@@ -23,62 +25,69 @@ use crate::contract::{Failure, Stage};
 use crate::media::{Event, MediaError, MediaFailure, MediaOutput};
 
 use super::confine::{self, Limits};
-use super::protocol::{Reply, Request};
-use super::{Work, stderr_tail};
+use super::lines::{BoundedLines, Line};
+use super::protocol::{Ended, Exit, Frame, MAX_LINE, Reply, Request};
+use super::{Work, layers, outputs, stderr_tail};
 
-/// How the pool starts and replaces children.
+/// How long a server may take to report a job process's end once it was killed (or answered),
+/// to start, or to take a request, before it is killed itself.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// How the pool starts servers.
 #[derive(Debug, Clone)]
 pub struct PoolConfig {
     /// The executable run as `<program> sandbox`.
     pub program: PathBuf,
     pub vips_threads: usize,
     pub limits: Limits,
-    pub recycle_jobs: u32,
-    pub recycle_rss_bytes: u64,
-    /// `TMPDIR` of the children.
-    pub tmp_dir: PathBuf,
-    /// Counts children that died on their own (a signal, the memory cap, a panic).
+    /// Layers an operator turned off (`MEDIA_SANDBOX_DISABLE`).
+    pub disabled: Vec<String>,
+    /// Counts job processes that died on their own (a signal, the memory cap, a panic) or
+    /// broke the protocol.
     pub deaths: prometheus::IntCounter,
 }
 
-/// Pre-started children, reused across jobs.
+/// Fork servers, idle between jobs.
 #[derive(Clone)]
 pub struct Pool {
     config: Arc<PoolConfig>,
-    idle: Arc<Mutex<Vec<Child>>>,
-    /// Process groups of every child alive, idle or busy (for [`Pool::kill_all`]).
+    idle: Arc<Mutex<Vec<Server>>>,
+    /// Process groups alive: every server's and every running job process's (for
+    /// [`Pool::kill_all`]).
     live: Arc<Mutex<BTreeSet<i32>>>,
 }
 
-struct Child {
+struct Server {
     process: Process,
     pid: i32,
     stdin: ChildStdin,
-    stdout: Lines<BufReader<ChildStdout>>,
-    /// The end of its stderr (also copied to the worker's), kept to explain a death.
+    stdout: BoundedLines<BufReader<ChildStdout>>,
+    /// Its stderr (its job processes'), relayed to the worker's log, the end kept to explain
+    /// a death.
     stderr: stderr_tail::Tail,
-    /// Ends when its stderr closes.
-    stderr_done: tokio::task::JoinHandle<()>,
-    jobs: u32,
+    /// Whether it said `Ready`.
+    ready: bool,
+    /// Jobs sent to it.
+    jobs: u64,
     /// The pool's set of live process groups, which this one leaves when dropped (reaped, or
     /// killed on drop if a job's future is dropped mid-run).
     live: Arc<Mutex<BTreeSet<i32>>>,
 }
 
-impl Drop for Child {
+impl Drop for Server {
     fn drop(&mut self) {
         self.live.lock().unwrap().remove(&self.pid);
     }
 }
 
-/// How a job in one child ended.
-enum Ended {
-    /// The child answered; it may take the next job.
-    Answered(Result<MediaOutput, MediaFailure>, Box<Child>),
-    /// The child died (or panicked); it is reaped.
-    Crashed(MediaFailure),
-    /// The worker stopped it (time limit or cancellation); it is reaped.
-    Stopped(MediaFailure),
+/// How a job ended.
+enum Outcome {
+    /// The job process answered and is gone; the server may take the next job.
+    Answered(Result<MediaOutput, MediaFailure>, Option<Box<Server>>),
+    /// The job process died, broke the protocol, or its server did.
+    Crashed(MediaFailure, Option<Box<Server>>),
+    /// The worker stopped it (time limit or cancellation).
+    Stopped(MediaFailure, Option<Box<Server>>),
 }
 
 impl Pool {
@@ -90,17 +99,18 @@ impl Pool {
         }
     }
 
-    /// Starts `n` children now, so the first jobs do not wait for libvips to start.
+    /// Starts `n` servers now, so the first jobs do not wait for libvips to start.
     pub fn warm(&self, n: usize) -> std::io::Result<()> {
         for _ in 0..n {
-            let child = self.spawn()?;
-            self.idle.lock().unwrap().push(child);
+            let server = self.spawn()?;
+            self.idle.lock().unwrap().push(server);
         }
         Ok(())
     }
 
-    /// Runs one job in a child. A crash is tried once more in a fresh child (the first may
-    /// have been memory pressure or a broken child); a second is the job's answer.
+    /// Runs one job in a fresh job process. A crash is tried once more (the first may have been
+    /// memory pressure); a second is the job's answer. The outputs of an answer are checked
+    /// ([`outputs::check`]) before they are returned.
     pub async fn run(
         &self,
         work: &Work,
@@ -110,176 +120,255 @@ impl Pool {
         let started = Instant::now();
         let mut limit = work.limit;
         let mut crashed = false;
+        layers::grant(&work.input, &[&work.out_dir, &work.tmp_dir]).map_err(|e| Failure {
+            stage: Stage::Probe,
+            error: MediaError::Io(format!("cannot prepare the sandbox's scratch: {e}")),
+        })?;
         loop {
-            let child = self.checkout().map_err(|e| Failure {
+            let server = self.checkout().map_err(|e| Failure {
                 stage: Stage::Probe,
                 error: MediaError::Io(format!("cannot start a sandbox: {e}")),
             })?;
             let ended = self
-                .run_in(child, work, started, &mut limit, cancel, on_event)
+                .run_in(server, work, started, &mut limit, cancel, on_event)
                 .await;
-            match ended {
-                Ended::Answered(result, child) => {
-                    self.checkin(*child, &result).await;
-                    return result;
+            let (result, server) = match ended {
+                Outcome::Answered(result, server) => {
+                    (result.and_then(|o| outputs::check(work, o)), server)
                 }
-                Ended::Crashed(f) if !crashed => {
+                Outcome::Crashed(f, server) if !crashed => {
                     self.config.deaths.inc();
                     tracing::warn!(stage = f.stage.as_str(), error = %f.error,
-                        "sandbox child died: trying once more in a fresh one");
+                        "sandbox job process died: trying once more in a fresh one");
                     crashed = true;
+                    self.checkin(server);
+                    continue;
                 }
-                Ended::Crashed(f) => {
+                Outcome::Crashed(f, server) => {
                     self.config.deaths.inc();
-                    return Err(f);
+                    (Err(f), server)
                 }
-                Ended::Stopped(f) => return Err(f),
-            }
+                Outcome::Stopped(f, server) => (Err(f), server),
+            };
+            self.checkin(server);
+            return result;
         }
     }
 
     async fn run_in(
         &self,
-        mut child: Child,
+        mut server: Server,
         work: &Work,
         started: Instant,
         limit: &mut Duration,
         cancel: &CancellationToken,
         on_event: &mut (dyn FnMut(Event) + Send),
-    ) -> Ended {
+    ) -> Outcome {
         let mut stage = Stage::Probe;
         let request = Request {
             job: work.job.clone(),
             input: work.input.clone(),
             out_dir: work.out_dir.clone(),
-            cpu_secs: cpu_backstop(work.limit),
+            tmp_dir: work.tmp_dir.clone(),
+            cpu_secs: cpu_backstop(work.max_limit),
         };
         let mut line = serde_json::to_vec(&request).expect("requests serialise");
         line.push(b'\n');
-        child.stderr.clear();
-        if child.stdin.write_all(&line).await.is_err() {
-            // Died while idle (or killed by an operator): not this job's fault.
-            return self.died(child, stage).await;
-        }
-        loop {
-            let deadline = tokio::time::Instant::from(started + *limit);
-            tokio::select! {
-                next = child.stdout.next_line() => match next {
-                    Ok(Some(text)) => match serde_json::from_str::<Reply>(&text) {
-                        Ok(Reply::Event(e)) => {
-                            match e {
-                                Event::Stage(s) => stage = s,
-                                Event::TimeLimit(d) => *limit = d,
-                                _ => {}
-                            }
-                            on_event(e);
-                        }
-                        Ok(Reply::Done(Err(f)))
-                            if matches!(f.error, MediaError::Crashed(_) | MediaError::MemoryLimit(_)) =>
-                        {
-                            // A panic or the memory cap: the child may be in a bad state.
-                            self.kill(child).await;
-                            return Ended::Crashed(f);
-                        }
-                        Ok(Reply::Done(result)) => return Ended::Answered(result, Box::new(child)),
-                        Err(e) => {
-                            tracing::error!(error = %e, "sandbox: unreadable reply");
-                            self.kill(child).await;
-                            return Ended::Crashed(Failure {
-                                stage,
-                                error: MediaError::Crashed(format!("unreadable reply: {e}")),
-                            });
-                        }
-                    },
-                    Ok(None) | Err(_) => return self.died(child, stage).await,
-                },
-                _ = tokio::time::sleep_until(deadline) => {
-                    // The limit may have been raised since this sleep began (a video's).
-                    if started.elapsed() >= *limit {
-                        self.kill(child).await;
-                        return Ended::Stopped(Failure { stage, error: MediaError::Timeout(*limit) });
-                    }
-                }
-                _ = cancel.cancelled() => {
-                    self.kill(child).await;
-                    return Ended::Stopped(Failure { stage, error: MediaError::Cancelled });
+        server.stderr.clear();
+        let sent = async {
+            if !server.ready {
+                match server.frame().await {
+                    Some(Frame::Ready(_)) => server.ready = true,
+                    _ => return false,
                 }
             }
-        }
-    }
-
-    /// A child whose stdout closed: reaped, and what killed it.
-    async fn died(&self, mut child: Child, stage: Stage) -> Ended {
-        let status = child.process.wait().await;
-        // Its last words, if it had any time to say them.
-        let _ = tokio::time::timeout(Duration::from_secs(1), &mut child.stderr_done).await;
-        let tail = child.stderr.text();
-        let error = match status {
-            Ok(_) if confine::mentions_allocation_failure(&tail) => {
-                MediaError::MemoryLimit(self.config.limits.memory_bytes)
-            }
-            Ok(s) => match s.signal() {
-                Some(sig) => {
-                    MediaError::Crashed(format!("killed by {}", confine::signal_name(sig)))
-                }
-                None => MediaError::Crashed(format!("exited with {s}")),
-            },
-            Err(e) => MediaError::Crashed(format!("cannot reap the sandbox: {e}")),
+            server.jobs += 1;
+            server.stdin.write_all(&line).await.is_ok()
         };
-        tracing::warn!(pid = child.pid, stage = stage.as_str(), error = %error, stderr = %tail, "sandbox child died");
-        Ended::Crashed(Failure { stage, error })
-    }
-
-    /// SIGKILL to the child's process group, then reaped.
-    async fn kill(&self, mut child: Child) {
-        // SAFETY: plain syscall on a process group this process created and has not reaped.
-        unsafe { libc::killpg(child.pid, libc::SIGKILL) };
-        let _ = child.process.wait().await;
-    }
-
-    /// An idle child, or a new one.
-    fn checkout(&self) -> std::io::Result<Child> {
+        // A server that died while idle (or never started) is not this job's fault.
+        match tokio::time::timeout(GRACE * 6, sent).await {
+            Ok(true) => {}
+            _ => {
+                return self
+                    .server_lost(server, stage, "the sandbox did not take the job")
+                    .await;
+            }
+        }
+        let stderr = server.stderr.clone();
+        let mut job: Option<i32> = None;
+        let mut done: Option<Result<MediaOutput, MediaFailure>> = None;
+        // Set once the job must end: why, and by when its end must be reported.
+        let mut stopping: Option<(Stopping, tokio::time::Instant)> = None;
         loop {
-            let Some(mut child) = self.idle.lock().unwrap().pop() else {
+            let deadline = match &stopping {
+                Some((_, by)) => *by,
+                None => tokio::time::Instant::from(started) + *limit,
+            };
+            let stop = |why: Stopping, job: Option<i32>, live: &Mutex<BTreeSet<i32>>| {
+                kill_job(job, live);
+                Some((why, tokio::time::Instant::now() + GRACE))
+            };
+            tokio::select! {
+                frame = server.frame() => match frame {
+                    Some(Frame::Started(pid)) if job.is_none() && pid > 0 => {
+                        job = Some(pid);
+                        self.live.lock().unwrap().insert(pid);
+                    }
+                    Some(Frame::Reply(Reply::Event(e))) if done.is_none() => {
+                        match e {
+                            Event::Stage(s) => stage = s,
+                            // Never beyond what the worker computed for this job.
+                            Event::TimeLimit(d) => *limit = d.min(work.max_limit),
+                            _ => {}
+                        }
+                        on_event(e);
+                    }
+                    Some(Frame::Reply(Reply::Done(result))) if done.is_none() => {
+                        done = Some(result);
+                        // It exits now; if it does not, it is made to.
+                        if stopping.is_none() {
+                            stopping = Some((Stopping::Answered, tokio::time::Instant::now() + GRACE));
+                        }
+                    }
+                    Some(Frame::Ended(ended)) => {
+                        if let Some(pid) = job.take() {
+                            self.live.lock().unwrap().remove(&pid);
+                        }
+                        return self.ended(server, ended, done, stopping.map(|s| s.0), stage, *limit).await;
+                    }
+                    // Out of order or a second answer: the server is not to be trusted either.
+                    _ => return self.server_lost(server, stage, "the sandbox broke the protocol").await,
+                },
+                _ = tokio::time::sleep_until(deadline) => match stopping {
+                    // The limit may have been raised since this sleep began (a video's).
+                    None if started.elapsed() < *limit => {}
+                    None => stopping = stop(Stopping::Timeout, job, &self.live),
+                    Some((Stopping::Answered, _)) => {
+                        stopping = stop(Stopping::Lingered, job, &self.live)
+                    }
+                    // The server did not report the end in time.
+                    Some(_) => return self.server_lost(server, stage, "the sandbox did not end the job").await,
+                },
+                _ = cancel.cancelled(), if stopping.is_none() => {
+                    stopping = stop(Stopping::Cancelled, job, &self.live);
+                }
+                _ = stderr.overflowed(), if stopping.is_none() => {
+                    stopping = stop(Stopping::StderrTooLong, job, &self.live);
+                }
+            }
+        }
+    }
+
+    /// The job process is gone: what that means for the job.
+    async fn ended(
+        &self,
+        server: Server,
+        ended: Ended,
+        done: Option<Result<MediaOutput, MediaFailure>>,
+        why: Option<Stopping>,
+        stage: Stage,
+        limit: Duration,
+    ) -> Outcome {
+        if ended.strays > 0 {
+            tracing::warn!(
+                strays = ended.strays,
+                "processes the job left running were killed"
+            );
+        }
+        let fail = |error| Failure { stage, error };
+        let error = match (why, ended.exit, done) {
+            (Some(Stopping::Timeout), ..) => {
+                return Outcome::Stopped(fail(MediaError::Timeout(limit)), Some(Box::new(server)));
+            }
+            (Some(Stopping::Cancelled), ..) => {
+                return Outcome::Stopped(fail(MediaError::Cancelled), Some(Box::new(server)));
+            }
+            (Some(Stopping::StderrTooLong), ..) => MediaError::Crashed(format!(
+                "broke the protocol: a line longer than {} bytes on stderr",
+                stderr_tail::MAX_LINE
+            )),
+            (_, Exit::Violation(why), _) => {
+                MediaError::Crashed(format!("broke the protocol: {why}"))
+            }
+            // A panic or the memory cap: tried once more.
+            (_, _, Some(Err(f)))
+                if matches!(f.error, MediaError::Crashed(_) | MediaError::MemoryLimit(_)) =>
+            {
+                return Outcome::Crashed(f, Some(Box::new(server)));
+            }
+            (_, _, Some(result)) => return Outcome::Answered(result, Some(Box::new(server))),
+            (_, exit, None) => {
+                // Its last words, once the server's stderr has caught up with its end.
+                server.stderr.caught_up(server.jobs, GRACE / 5).await;
+                let tail = server.stderr.text();
+                let error = match exit {
+                    _ if confine::mentions_allocation_failure(&tail) => {
+                        MediaError::MemoryLimit(self.config.limits.memory_bytes)
+                    }
+                    Exit::Signal(sig) => {
+                        MediaError::Crashed(format!("killed by {}", confine::signal_name(sig)))
+                    }
+                    Exit::Code(c) => {
+                        MediaError::Crashed(format!("exited with code {c} without an answer"))
+                    }
+                    Exit::Violation(v) => MediaError::Crashed(v),
+                };
+                tracing::warn!(server = server.pid, stage = stage.as_str(), error = %error, stderr = %tail,
+                    "sandbox job process died");
+                error
+            }
+        };
+        Outcome::Crashed(fail(error), Some(Box::new(server)))
+    }
+
+    /// A server that broke the protocol, died or hung: killed and reaped (within a deadline);
+    /// the job counts as crashed.
+    async fn server_lost(&self, server: Server, stage: Stage, why: &str) -> Outcome {
+        let tail = server.stderr.text();
+        let status = kill(server).await;
+        let error = match status.and_then(|s| s.signal()) {
+            Some(sig) if sig != libc::SIGKILL => {
+                MediaError::Crashed(format!("{why}: killed by {}", confine::signal_name(sig)))
+            }
+            _ => MediaError::Crashed(why.to_owned()),
+        };
+        tracing::warn!(stage = stage.as_str(), error = %error, stderr = %tail, "sandbox lost");
+        Outcome::Crashed(Failure { stage, error }, None)
+    }
+
+    /// An idle server, or a new one.
+    fn checkout(&self) -> std::io::Result<Server> {
+        loop {
+            let Some(mut server) = self.idle.lock().unwrap().pop() else {
                 return self.spawn();
             };
             // One that died while idle is reaped and replaced.
-            match child.process.try_wait() {
-                Ok(None) => return Ok(child),
-                status => {
-                    tracing::warn!(pid = child.pid, ?status, "idle sandbox child had died");
-                    self.config.deaths.inc();
-                }
+            match server.process.try_wait() {
+                Ok(None) => return Ok(server),
+                status => tracing::warn!(pid = server.pid, ?status, "idle sandbox had died"),
             }
         }
     }
 
-    /// Back to the pool, unless it is due for replacement (then killed and reaped now, so that
-    /// no process outlives its job's permit).
-    async fn checkin(&self, mut child: Child, result: &Result<MediaOutput, MediaFailure>) {
-        child.jobs += 1;
-        let (jobs, rss) = (child.jobs, confine::rss(child.pid as u32).unwrap_or(0));
-        let spent = jobs >= self.config.recycle_jobs
-            || rss > self.config.recycle_rss_bytes
-            || result.is_err();
-        if spent {
-            tracing::debug!(pid = child.pid, jobs, rss, "sandbox child replaced");
-            self.kill(child).await;
-            return;
+    fn checkin(&self, server: Option<Box<Server>>) {
+        if let Some(s) = server {
+            self.idle.lock().unwrap().push(*s);
         }
-        self.idle.lock().unwrap().push(child);
     }
 
-    fn spawn(&self) -> std::io::Result<Child> {
+    fn spawn(&self) -> std::io::Result<Server> {
         let c = &self.config;
         let mut cmd = tokio::process::Command::new(&c.program);
         cmd.arg("sandbox")
             .arg("--vips-threads")
             .arg(c.vips_threads.to_string())
             .arg("--memory-limit")
-            .arg(c.limits.memory_bytes.to_string())
-            .env_clear()
-            .envs(confine::environment(&c.tmp_dir))
+            .arg(c.limits.memory_bytes.to_string());
+        for layer in &c.disabled {
+            cmd.arg("--disable").arg(layer);
+        }
+        cmd.env_clear()
+            .envs(confine::environment())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -288,29 +377,32 @@ impl Pool {
         let limits = c.limits;
         // SAFETY: `apply` makes only async-signal-safe calls (setrlimit, prctl).
         unsafe { cmd.pre_exec(move || limits.apply()) };
-        // Registered under the lock, so kill_all never misses a child that was just started.
+        // Registered under the lock, so kill_all never misses a server that was just started.
         let mut live = self.live.lock().unwrap();
         let mut process = cmd.spawn()?;
         let pid = process.id().expect("running") as i32;
         live.insert(pid);
         drop(live);
         let stdin = process.stdin.take().expect("piped");
-        let stdout = BufReader::new(process.stdout.take().expect("piped")).lines();
-        let (stderr, stderr_done) =
-            stderr_tail::Tail::follow(process.stderr.take().expect("piped"));
-        Ok(Child {
+        let stdout = BoundedLines::new(
+            BufReader::new(process.stdout.take().expect("piped")),
+            MAX_LINE,
+        );
+        let stderr = stderr_tail::Tail::follow(pid, process.stderr.take().expect("piped"));
+        Ok(Server {
             process,
             pid,
             stdin,
             stdout,
             stderr,
-            stderr_done,
+            ready: false,
             jobs: 0,
             live: self.live.clone(),
         })
     }
 
-    /// Kills every child now (shutdown past its deadline) and waits briefly for them to go.
+    /// Kills every server and job process now (shutdown past its deadline) and waits briefly
+    /// for them to go.
     pub fn kill_all(&self) -> usize {
         let live: Vec<i32> = self.live.lock().unwrap().iter().copied().collect();
         for pgid in &live {
@@ -323,28 +415,84 @@ impl Pool {
         live.len()
     }
 
-    /// Kills and reaps the idle children (at exit; busy ones end with their jobs).
+    /// Kills and reaps the idle servers (at exit; busy ones end with their jobs).
     pub async fn close(&self) {
         let idle = std::mem::take(&mut *self.idle.lock().unwrap());
-        for child in idle {
-            self.kill(child).await;
+        for server in idle {
+            kill(server).await;
         }
     }
 
-    /// How many children died on their own so far (crashes, memory-cap kills, panics).
+    /// How many job processes died on their own so far (crashes, memory-cap kills, panics,
+    /// protocol violations).
     pub fn deaths(&self) -> u64 {
         self.config.deaths.get()
     }
 
-    /// Process ids of the children alive (tests and the fuzz report).
+    /// Process ids of the servers and job processes alive (tests and the benchmarks).
     pub fn children(&self) -> Vec<i32> {
         self.live.lock().unwrap().iter().copied().collect()
     }
 }
 
-/// CPU seconds a job may use: what all cores could spend in its wall-clock limit, so the
+/// Why the worker ended a job early.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stopping {
+    /// It answered, and must now exit...
+    Answered,
+    /// ...and did not: it was killed.
+    Lingered,
+    Timeout,
+    Cancelled,
+    StderrTooLong,
+}
+
+impl Server {
+    /// The next frame; `None` when the server closed its stdout, wrote a line too long or one
+    /// that is not a frame.
+    async fn frame(&mut self) -> Option<Frame> {
+        match self.stdout.next().await {
+            Ok(Line::Text(t)) => serde_json::from_str(&t).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// SIGKILL to a job process's group (the server reports its end).
+fn kill_job(job: Option<i32>, live: &Mutex<BTreeSet<i32>>) {
+    if let Some(pid) = job {
+        // SAFETY: a job process's group, registered while alive (its server has not reported
+        // it reaped).
+        if live.lock().unwrap().contains(&pid) {
+            unsafe { libc::killpg(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// SIGKILL to a server's process group (its job processes die with it), then reaped within
+/// [`GRACE`]; its exit status when it was.
+async fn kill(mut server: Server) -> Option<std::process::ExitStatus> {
+    // SAFETY: a process group this process created and has not reaped.
+    unsafe { libc::killpg(server.pid, libc::SIGKILL) };
+    match tokio::time::timeout(GRACE, server.process.wait()).await {
+        Ok(status) => status.ok(),
+        Err(_) => {
+            tracing::error!(
+                pid = server.pid,
+                "a sandbox did not die within {GRACE:?} of SIGKILL"
+            );
+            None
+        }
+    }
+}
+
+/// CPU seconds a job may use: what all cores could spend in its wall-clock ceiling, so the
 /// backstop never fires before the worker's own limit does.
 fn cpu_backstop(limit: Duration) -> u64 {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    limit.as_secs().max(1) * cores + 5
+    limit
+        .as_secs()
+        .max(1)
+        .saturating_mul(cores)
+        .saturating_add(5)
 }

@@ -65,6 +65,8 @@ pub struct Metrics {
     pub api_in_flight: IntGauge,
     /// 1, labelled with the version and source revision of this binary.
     pub build_info: IntGaugeVec,
+    /// 1 for each sandbox layer active on this kernel, 0 for each that is not (`sandbox::layers`).
+    pub sandbox_layers: IntGaugeVec,
 }
 
 /// The mean job time assumed until jobs have been measured.
@@ -231,7 +233,7 @@ impl Metrics {
             ),
             sandbox_deaths: counter(
                 "sandbox_deaths_total",
-                "Sandbox children that died during a job (a decoder crash or the memory cap); each costs at most that job",
+                "Sandbox job processes that died (a decoder crash, the memory cap) or broke the protocol; each costs at most that job",
             ),
             ready: gauge("ready", "1 when ready to take work"),
             scans: counter_vec(
@@ -284,6 +286,17 @@ impl Metrics {
                         "1, labelled with this binary's version and source revision",
                     ),
                     &["version", "revision"],
+                )
+                .unwrap(),
+            ),
+            sandbox_layers: reg(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        name("sandbox_layers"),
+                        "1 for each sandbox layer active for job processes, 0 for each that is not (absent inline)",
+                    ),
+                    &["layer"],
                 )
                 .unwrap(),
             ),

@@ -12,6 +12,7 @@ use media_worker::config::Settings;
 use media_worker::error::JobError;
 use media_worker::media::MediaError;
 use media_worker::sandbox::{Limits, Pool, PoolConfig, Work};
+use media_worker::scratch::ScratchDir;
 use tokio_util::sync::CancellationToken;
 
 #[path = "mutate.rs"]
@@ -98,9 +99,7 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
             memory_bytes: 1 << 30,
             file_bytes: 1 << 30,
         },
-        recycle_jobs: 100,
-        recycle_rss_bytes: 512 << 20,
-        tmp_dir: scratch.to_owned(),
+        disabled: Vec::new(),
         deaths: prometheus::IntCounter::new("deaths", "sandbox deaths").unwrap(),
     });
 
@@ -121,7 +120,7 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
         futures_util::stream::iter(0..count)
             .map(|i| {
                 let (pool, job) = (pool.clone(), job.clone());
-                let dir = scratch.join(format!("m{i}"));
+                let id = format!("job-m{i}");
                 let mut rng = fastrand::Rng::with_seed(seed.wrapping_mul(1_000_003) ^ i as u64);
                 let file = &files[i % files.len()];
                 let other = &files[rng.usize(..files.len())];
@@ -136,19 +135,14 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
                         how,
                         &mut rng,
                     );
-                    std::fs::create_dir_all(dir.join("out")).unwrap();
-                    std::fs::write(dir.join("source"), &bytes).unwrap();
+                    let dir = ScratchDir::create(scratch, &id).unwrap();
+                    std::fs::write(dir.source(), &bytes).unwrap();
                     drop(bytes);
-                    let work = Work {
-                        job,
-                        input: dir.join("source"),
-                        out_dir: dir.join("out"),
-                        limit: Duration::from_secs(60),
-                    };
+                    let work = Work::new(job, &dir, Duration::from_secs(60));
                     let r = pool
                         .run(&work, &CancellationToken::new(), &mut |_| {})
                         .await;
-                    std::fs::remove_dir_all(&dir).unwrap();
+                    drop(dir);
                     (name, how, r.map(|_| ()).map_err(|f| f.error))
                 }
             })

@@ -94,18 +94,22 @@ pub fn run(
                 .map_err(|e| ChildError::Spawn(program.clone(), e))?,
         )
         .process_group(0);
-    // CPU time backstop behind `limit` (what every core could use in it): set per run, since
-    // in a sandbox ffmpeg would otherwise inherit the sandbox's budget for one image job.
+    // CPU time backstop behind `limit` (what every core could use in it): set per run, up to
+    // the hard limit the sandbox's job process has (fixed there, so that nothing it starts can
+    // raise it).
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    let cpu = libc::rlimit {
-        rlim_cur: limit.as_secs().max(1) * cores + 5,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: prctl and setrlimit are async-signal-safe; nothing else runs between fork and
-    // exec. (A hard limit below infinity, set by an operator, makes setrlimit fail: kept.)
+    let budget = limit.as_secs().max(1) * cores + 5;
+    // SAFETY: prctl, getrlimit and setrlimit are async-signal-safe; nothing else runs between
+    // fork and exec.
     unsafe {
         cmd.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            let mut cpu = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_CPU, &mut cpu);
+            cpu.rlim_cur = budget.min(cpu.rlim_max);
             libc::setrlimit(libc::RLIMIT_CPU, &cpu);
             Ok(())
         });

@@ -19,7 +19,7 @@ pub use child::{exits_within, kill_all};
 
 use super::control::{Control, Event};
 use super::error::{MediaError, MediaFailure, at};
-use super::output::{FileFormat, MediaOutput, ProducedFile, Role};
+use super::output::{FileFormat, MediaOutput, ProducedFile, Role, names};
 use super::settings::{MediaJob, Rendition};
 use super::sniff::Container;
 use crate::contract::{Analysis, MediaType, Stage, VideoAnalysis, Warning};
@@ -39,6 +39,16 @@ pub fn process(
     let result = run(job, input, container, out_dir, &work, ctl);
     let _ = std::fs::remove_dir_all(&work);
     result
+}
+
+/// The longest a video job's native work can be allowed: what `run` announces
+/// (`Event::TimeLimit`) for the longest video the limits accept and every rung of the profile.
+/// The worker clamps an announced limit to it.
+pub fn time_ceiling(job: &MediaJob) -> Duration {
+    let seconds = job.limits.max_video_seconds as f64;
+    let per_rung = Duration::from_secs(job.video.timeout_base_secs)
+        + Duration::from_secs_f64(seconds * job.video.timeout_per_second.max(0.0));
+    per_rung * (job.profile.renditions.len() as u32).max(1) + per_rung
 }
 
 /// The video renditions of an animated GIF (`Profile::animation_mp4`): the ladder as for a
@@ -75,7 +85,7 @@ fn run(
     let rungs: Vec<(Rendition, PathBuf)> = transcode::plan(&job.profile.renditions, &probe)
         .into_iter()
         .filter(|r| !job.resume.contains(&r.height))
-        .map(|r| (r, PathBuf::from(rendition_name(r.height))))
+        .map(|r| (r, PathBuf::from(names::rendition(r.height))))
         .collect();
     let frames = if job.profile.poster {
         poster::candidate_times(probe.duration, job.video.poster_candidates)
@@ -166,11 +176,6 @@ fn run(
     })
 }
 
-/// A rendition's name, also the last part of its key: `mp4/{height}p.mp4`.
-fn rendition_name(height: u32) -> String {
-    format!("mp4/{height}p.mp4")
-}
-
 /// The one ffmpeg run writing `outputs`, with progress reports; `between` runs after each
 /// report, while ffmpeg goes on. It runs in `out_dir` (the outputs' names are relative to it). How
 /// much media time the run wrote.
@@ -239,7 +244,7 @@ fn rendition(
     let size_bytes = std::fs::metadata(path).map_err(|e| fail(e.into()))?.len();
     let (width, height) = transcode::output_size(source, short_side);
     Ok(ProducedFile {
-        name: rendition_name(short_side),
+        name: names::rendition(short_side),
         path: path.to_owned(),
         role: Role::Rendition,
         format: FileFormat::Mp4,
@@ -268,7 +273,7 @@ fn poster_outputs(
         .files
         .into_iter()
         .map(|f| ProducedFile {
-            name: format!("poster/{}", f.name),
+            name: names::poster(&f.name),
             role: Role::Poster,
             ..f
         })

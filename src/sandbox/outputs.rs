@@ -1,0 +1,99 @@
+//! The worker's check of the files a job process says it made: only names the worker gives
+//! ([`expected_name`]), each opened by the worker beneath the job's output directory without
+//! following a symlink (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), a regular file,
+//! and bounded in count and in total bytes. Its size is what the worker sees, not what the
+//! child said. The job process and everything it started are gone by then (`Frame::Ended`):
+//! nothing can swap a file after the check.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::FromRawFd;
+use std::path::Path;
+
+use crate::contract::{Failure, Stage};
+use crate::media::output::expected_name;
+use crate::media::{MediaError, MediaFailure, MediaOutput};
+
+use super::Work;
+
+/// More files than any profile makes (every width × format, thumbnails, renditions, poster).
+pub const MAX_FILES: usize = 256;
+/// More bytes than any job makes (a 10-minute 4K ladder is under 4 GiB).
+pub const MAX_TOTAL_BYTES: u64 = 16 << 30;
+
+/// `output` as the worker will upload it, or the job's failure (`media_crashed`: a child that
+/// names files it may not is not a decoder error of the input).
+pub fn check(work: &Work, mut output: MediaOutput) -> Result<MediaOutput, MediaFailure> {
+    let refuse = |why: String| Failure {
+        stage: Stage::Transform,
+        error: MediaError::Crashed(format!("the sandbox reported an output it may not: {why}")),
+    };
+    if output.files.len() > MAX_FILES {
+        return Err(refuse(format!(
+            "{} files (at most {MAX_FILES})",
+            output.files.len()
+        )));
+    }
+    let dir = open_beneath(None, &work.out_dir, libc::O_DIRECTORY)
+        .map_err(|e| refuse(format!("{}: {e}", work.out_dir.display())))?;
+    let mut total = 0u64;
+    for f in &mut output.files {
+        let name = expected_name(&work.job, f).ok_or_else(|| {
+            refuse(format!(
+                "{:?} {} is not an output of this job",
+                f.role, f.name
+            ))
+        })?;
+        let file = open_beneath(Some(&dir), Path::new(&name), 0)
+            .map_err(|e| refuse(format!("{name}: {e}")))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| refuse(format!("{name}: {e}")))?;
+        if !meta.is_file() {
+            return Err(refuse(format!("{name} is not a regular file")));
+        }
+        total += meta.len();
+        if total > MAX_TOTAL_BYTES {
+            return Err(refuse(format!("more than {MAX_TOTAL_BYTES} bytes in all")));
+        }
+        f.path = work.out_dir.join(&name);
+        f.name = name;
+        f.size_bytes = meta.len();
+    }
+    Ok(output)
+}
+
+/// Opens `path` read-only: relative to `dir`, which it may not leave, with no symlink on the
+/// way.
+fn open_beneath(dir: Option<&File>, path: &Path, flags: i32) -> std::io::Result<File> {
+    use std::os::fd::AsRawFd;
+    let c = CString::new(path.as_os_str().as_encoded_bytes())?;
+    // SAFETY: a zeroed open_how is valid; its fields are set below.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | flags) as u64;
+    // The path to the output directory is the operator's (its last part is not a symlink);
+    // what lies beneath it is the child's.
+    how.resolve = libc::RESOLVE_NO_MAGICLINKS;
+    let at = match dir {
+        Some(d) => {
+            how.resolve |= libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
+            d.as_raw_fd()
+        }
+        None => libc::AT_FDCWD,
+    };
+    // SAFETY: openat2 with a NUL-terminated path and an open_how of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            at,
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor openat2 just returned, owned from here on.
+    Ok(unsafe { File::from_raw_fd(fd as i32) })
+}
