@@ -24,9 +24,10 @@ demo: release
 ## Everything: formatting, lints, unit tests, and end-to-end tests against real tansu + s3s-fs
 ## (started by the test harness on free loopback ports), under cargo-nextest: a process and a
 ## time limit per test (.config/nextest.toml). Benchmarks are compiled by `lint`
-## (clippy --all-targets) and run by `make bench`.
+## (clippy --all-targets) and run by `make bench`. Tests are built with the test-only feature
+## `attack-probe` (tests/confinement.rs plays a compromised decoder with it).
 test: setup-test lint deploy-check
-	cargo nextest run --lib --bins --tests
+	cargo nextest run --features attack-probe --lib --bins --tests
 
 ## Fleet delivery under faults: 3 worker processes, a 4-partition topic, 300 requests per
 ## scenario (kill -9, rolling restart, broker restart, S3 down 10 s, scale 1 -> 3 -> 1). `make
@@ -41,12 +42,14 @@ test-fleet: setup-test
 deploy-check: setup-test
 	hadolint --no-color Dockerfile
 	cargo build --bin media-worker
+	@! grep -q MEDIA-WORKER-ATTACK-PROBE target/debug/media-worker || { echo "deploy-check: the shipped build carries the attack probe"; exit 1; }
 	python3 scripts/check-image-libs.py target/debug/media-worker Dockerfile
 	python3 scripts/validate-k8s.py target/debug/media-worker
 
 lint: setup
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
+	cargo clippy --all-targets --features attack-probe -- -D warnings
 
 bench: setup-test
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 10 --analysis compare

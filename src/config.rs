@@ -822,6 +822,7 @@ mod tests {
         use figment::value::{Num, Value};
         match (key, value) {
             ("worker.isolation", _) => "inline".into(),
+            ("worker.sandbox_disable", _) => "seccomp".into(),
             ("http.addr", _) => "127.0.0.1:9999".into(),
             ("api.nice", _) => "5".into(),
             ("kafka.properties", _) => "{socket_timeout_ms = 1000}".into(),

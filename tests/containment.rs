@@ -284,13 +284,15 @@ async fn ffmpeg_never_sees_the_workers_credentials() {
     stack.upload_file("clip.mp4", &video).await;
     stack.send(&request("clip", "clip.mp4")).await;
 
-    let sandbox = worker.sandboxes()[0];
     let ffmpeg = wait_for("a running ffmpeg", MINUTE, || {
-        children_of(sandbox)
+        descendants_of(worker.pid())
             .into_iter()
             .find(|p| cmdline(*p).starts_with("ffmpeg"))
     });
-    for pid in [sandbox, ffmpeg] {
+    // The fork server, the job process, and its ffmpeg.
+    let job = proc_stat(ffmpeg).unwrap().1;
+    let server = proc_stat(job).unwrap().1;
+    for pid in [server, job, ffmpeg] {
         let env = environ(pid);
         let leaked: Vec<_> = env
             .iter()

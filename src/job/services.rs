@@ -104,6 +104,18 @@ pub fn executor(
             missing.join(", ")
         );
     }
+    if layers.unprivileged {
+        let scratch = &settings.worker.tmp_dir;
+        std::fs::create_dir_all(scratch)?;
+        if let Some(closed) = sandbox::layers::unreachable_by_sandbox(scratch) {
+            anyhow::bail!(
+                "TMP_DIR {}: job processes run as uid {} and cannot pass {} (give it o+x)",
+                scratch.display(),
+                sandbox::layers::SANDBOX_ID,
+                closed.display()
+            );
+        }
+    }
     let pool = sandbox::Pool::new(sandbox::PoolConfig {
         program,
         vips_threads: settings.worker.vips_threads,

@@ -394,3 +394,18 @@ pub fn grant(input: &Path, writable: &[&Path]) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Whether [`SANDBOX_ID`] can reach `dir` (each directory above it searchable by others), as
+/// job processes of a root worker must; the first that is not, when one is not.
+pub fn unreachable_by_sandbox(dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let dir = std::fs::canonicalize(dir).ok()?;
+    dir.ancestors()
+        .skip(1)
+        .find(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 == 0))
+        .map(Path::to_owned)
+}

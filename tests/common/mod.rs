@@ -149,6 +149,18 @@ pub fn children_of(pid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// Live descendants of process `pid`, parents before children.
+pub fn descendants_of(pid: i32) -> Vec<i32> {
+    let mut found = children_of(pid);
+    let mut i = 0;
+    while i < found.len() {
+        let below = children_of(found[i]);
+        found.extend(below);
+        i += 1;
+    }
+    found
+}
+
 /// Zombie children of process `pid` (exited, not reaped).
 pub fn zombies_of(pid: i32) -> Vec<i32> {
     std::fs::read_dir("/proc")

@@ -18,7 +18,21 @@ pub struct Worker {
 
 impl Worker {
     pub fn start(env: &HashMap<String, String>) -> Worker {
+        let mut worker = Worker::spawn(env);
+        wait_port(worker.http.port(), &mut worker.child, "worker http", &worker.log);
+        if let Some(api) = env.get("API_ADDR") {
+            let port = api.rsplit(':').next().unwrap().parse().unwrap();
+            wait_port(port, &mut worker.child, "worker API", &worker.log);
+        }
+        worker
+    }
+
+    /// The worker started, not awaited (it may refuse to start).
+    pub fn spawn(env: &HashMap<String, String>) -> Worker {
         let tmp = tempfile::tempdir().unwrap();
+        // Job processes of a root worker run as nobody: the scratch must be reachable.
+        std::fs::set_permissions(tmp.path(), <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o711))
+            .unwrap();
         let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let log = tmp.path().join("worker.log");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_media-worker"));
@@ -28,12 +42,7 @@ impl Worker {
             .env("TMP_DIR", tmp.path().join("scratch"))
             .env("HTTP_ADDR", http.to_string())
             .envs(env);
-        let mut child = spawn(&mut cmd, &log);
-        wait_port(http.port(), &mut child, "worker http", &log);
-        if let Some(api) = env.get("API_ADDR") {
-            let port = api.rsplit(':').next().unwrap().parse().unwrap();
-            wait_port(port, &mut child, "worker API", &log);
-        }
+        let child = spawn(&mut cmd, &log);
         Worker {
             child,
             http,
@@ -103,9 +112,10 @@ impl Worker {
         self.child.id() as i32
     }
 
-    /// The worker's sandbox children (`media-worker sandbox`), alive and not zombies.
+    /// The worker's sandbox processes (`media-worker sandbox`: fork servers and their job
+    /// processes), alive and not zombies.
     pub fn sandboxes(&self) -> Vec<i32> {
-        children_of(self.pid())
+        descendants_of(self.pid())
             .into_iter()
             .filter(|p| cmdline(*p).contains("sandbox"))
             .collect()
