@@ -43,6 +43,7 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("API_TOKENS_FILE", "api.tokens_file"),
     ("API_MAX_CONNECTIONS", "api.max_connections"),
     ("API_NICE", "api.nice"),
+    ("API_BODY_TIMEOUT_SECS", "api.body_timeout_secs"),
     ("CLAMD_ADDR", "scan.clamd_addr"),
     ("CLAMD_TIMEOUT_SECS", "scan.timeout_secs"),
     ("OUTPUT_BUCKET", "storage.output_bucket"),
@@ -284,6 +285,8 @@ pub struct ApiSettings {
     pub max_connections: usize,
     /// `Retry-After` of a 503 (seconds).
     pub retry_after_secs: u64,
+    /// How long a request body (or each part of a streamed one) may take to arrive.
+    pub body_timeout_secs: u64,
     /// CPU priority of the API's sandbox children (0-19): under contention the Kafka pool's
     /// children get the cores first.
     pub nice: i32,

@@ -10,6 +10,7 @@
 //! HTTP, `config` loading and validation. `contract` is the event types, with the
 //! `contract::vocabulary` every module may use at the bottom; nothing imports upwards.
 
+pub mod access;
 pub mod allocator;
 pub mod api;
 pub mod cli;

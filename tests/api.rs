@@ -1,7 +1,8 @@
 //! The job API and malware scanning against real servers: the worker binary, a real clamd
 //! (Debian's, with an EICAR-only database), s3s-fs and tansu. `POST /scan` (raw body and S3
 //! object), `POST /transcode` (success and each error class, the concurrency limit, a client
-//! going away), bearer tokens, clamd stopped and back, and `scan = true` in the Kafka pipeline.
+//! going away), bearer tokens and the tenants they are bound to, clamd stopped and back, and
+//! `scan = true` in the Kafka pipeline.
 
 mod common;
 
@@ -530,5 +531,116 @@ async fn scanning_profile_refuses_malware_in_the_pipeline() {
             .metric("media_worker_scans_total{verdict=\"error\"}")
             .unwrap()
             >= 3.0
+    );
+}
+
+/// Tenants kept apart at the edges of the API: a token bound to a tenant (`token users
+/// buckets`) cannot name another tenant's `user_id` or a bucket it was not given; `/jobs` names
+/// no request to a caller without a token; `POST /scan` takes a job slot as `/transcode` does;
+/// a body that does not arrive within `API_BODY_TIMEOUT_SECS` is answered 408.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_are_kept_apart_at_the_api() {
+    let stack = Stack::start(1).await;
+    let clamd = Clamd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let dead_broker = format!("127.0.0.1:{}", free_port());
+    let (worker, api) = api_worker(
+        &stack,
+        &clamd,
+        dir.path(),
+        &[
+            ("KAFKA_INTAKE", "false"),
+            ("KAFKA_BOOTSTRAP_SERVERS", &dead_broker),
+            ("API_MAX_CONCURRENT", "1"),
+            ("API_BODY_TIMEOUT_SECS", "1"),
+        ],
+    );
+    // Re-read on change: one token for any tenant, two bound ones.
+    std::fs::write(
+        dir.path().join("tokens"),
+        format!("{TOKEN}\nacme-token acme-* {SOURCE_BUCKET}\nother-token other-* other-bucket\n"),
+    )
+    .unwrap();
+    stack.upload_corpus("sharp_Landscape_1.jpg").await;
+    let as_token = |token: &str, path: &str, body: &serde_json::Value| {
+        let bearer = format!("Bearer {token}");
+        let headers = [
+            ("Authorization", bearer.as_str()),
+            ("Content-Type", "application/json"),
+        ];
+        http::post(api, path, &headers, body.to_string().as_bytes())
+    };
+    let for_user = |id: &str, user: &str| {
+        let mut req = request(id, "sharp_Landscape_1.jpg");
+        req.user_id = user.into();
+        serde_json::to_value(req).unwrap()
+    };
+
+    let a = as_token("acme-token", "/transcode", &for_user("own", "acme-42"));
+    assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
+    for (token, body, why) in [
+        ("acme-token", for_user("theirs", "globex-7"), "user_id"),
+        ("other-token", for_user("mine", "acme-42"), "user_id"),
+        ("other-token", for_user("wrong-bucket", "other-1"), "bucket"),
+    ] {
+        let a = as_token(token, "/transcode", &body);
+        assert_eq!(
+            (a.status, error_code(&a)),
+            (403, "forbidden".into()),
+            "{token} {body}"
+        );
+        assert!(a.json()["error"]["message"].as_str().unwrap().contains(why));
+    }
+    let object = serde_json::json!({"bucket": SOURCE_BUCKET, "key": "sharp_Landscape_1.jpg"});
+    let a = as_token("other-token", "/scan", &object);
+    assert_eq!((a.status, error_code(&a)), (403, "forbidden".into()));
+
+    // A long job holds the one slot: /jobs shows it without naming it to a caller without a
+    // token, and a scan is refused like a second transcode.
+    let video = synthetic_video(dir.path(), 20, 640, 360);
+    stack.upload_file("long.mp4", &video).await;
+    let long = serde_json::to_value(request("long", "long.mp4")).unwrap();
+    let conn = http::post_open(
+        api,
+        "/transcode",
+        &[
+            ("Authorization", &auth()),
+            ("Content-Type", "application/json"),
+        ],
+        long.to_string().as_bytes(),
+    );
+    let anonymous = wait_for("the long job on /jobs", MINUTE, || {
+        let (_, body) = worker.http_get("/jobs")?;
+        body.contains("\"phase\":\"running\"").then_some(body)
+    });
+    assert!(
+        !anonymous.contains("long") && !anonymous.contains("request_id"),
+        "{anonymous}"
+    );
+    let named = http::get(worker.http, "/jobs", &[("Authorization", &auth())]);
+    assert!(String::from_utf8_lossy(&named.body).contains("req-long"));
+    let a = scan_raw(api, b"just some bytes");
+    assert_eq!((a.status, error_code(&a)), (503, "busy".into()));
+    drop(conn);
+    wait_for("the slot back", MINUTE, || {
+        worker.jobs().is_empty().then_some(())
+    });
+
+    // A client that declares a body and stalls.
+    let stalled = http::post_partial(
+        api,
+        "/transcode",
+        &[
+            ("Authorization", &auth()),
+            ("Content-Type", "application/json"),
+        ],
+        1000,
+        b"{\"request_id\"",
+    );
+    assert_eq!(
+        stalled.status,
+        408,
+        "{}",
+        String::from_utf8_lossy(&stalled.body)
     );
 }

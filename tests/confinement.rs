@@ -37,7 +37,10 @@ fn open_to_all(path: &Path, text: &str) {
 }
 
 fn error_of(r: &OptimizeResponse) -> (ErrorCode, String) {
-    let e = r.error.as_ref().unwrap_or_else(|| panic!("not failed: {r:?}"));
+    let e = r
+        .error
+        .as_ref()
+        .unwrap_or_else(|| panic!("not failed: {r:?}"));
     (e.code, e.message.clone())
 }
 
@@ -50,7 +53,10 @@ async fn a_compromised_decoder_gets_nothing() {
     env.insert("WORKER_POOL_SIZE".into(), "2".into());
     let worker = Worker::start(&env);
     worker.wait_ready();
-    assert_eq!(worker.metric("media_worker_sandbox_layers{layer=\"seccomp\"}"), Some(1.0));
+    assert_eq!(
+        worker.metric("media_worker_sandbox_layers{layer=\"seccomp\"}"),
+        Some(1.0)
+    );
     let responses = stack.responses();
 
     // What an attacker is after: the worker's S3 secret (its environment), a secret file,
@@ -63,7 +69,9 @@ async fn a_compromised_decoder_gets_nothing() {
     std::fs::set_permissions(&other_job, std::fs::Permissions::from_mode(0o777)).unwrap();
     open_to_all(&other_job.join("source"), "another-tenants-upload");
     let created = dir.path().join("left-by-the-attacker");
-    let s3 = env["AWS_ENDPOINT_URL_S3"].trim_start_matches("http://").to_owned();
+    let s3 = env["AWS_ENDPOINT_URL_S3"]
+        .trim_start_matches("http://")
+        .to_owned();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let own = listener.local_addr().unwrap();
@@ -83,11 +91,23 @@ async fn a_compromised_decoder_gets_nothing() {
         {"ffmpeg_connect": format!("http://{own}/x")},
     ]);
     let misbehaviours = [
-        ("flood-replies", serde_json::json!([{"flood_replies": 64 << 20}])),
-        ("flood-stderr", serde_json::json!([{"flood_stderr": 64 << 20}])),
+        (
+            "flood-replies",
+            serde_json::json!([{"flood_replies": 64 << 20}]),
+        ),
+        (
+            "flood-stderr",
+            serde_json::json!([{"flood_stderr": 64 << 20}]),
+        ),
         ("forged-limit", serde_json::json!(["forge_time_limit"])),
-        ("output-outside", serde_json::json!([{"output_outside": secret}])),
-        ("output-symlink", serde_json::json!([{"output_symlink": secret}])),
+        (
+            "output-outside",
+            serde_json::json!([{"output_outside": secret}]),
+        ),
+        (
+            "output-symlink",
+            serde_json::json!([{"output_symlink": secret}]),
+        ),
     ];
     stack.upload_corpus("sharp_Landscape_1.jpg").await;
     stack.send(&request("warm", "sharp_Landscape_1.jpg")).await;
@@ -125,13 +145,25 @@ async fn a_compromised_decoder_gets_nothing() {
         "ffmpeg_read",
         "ffmpeg_connect",
     ] {
-        assert!(report.contains(&format!("{probe}: refused")), "{probe}: {report}");
+        assert!(
+            report.contains(&format!("{probe}: refused")),
+            "{probe}: {report}"
+        );
     }
     assert!(!report.contains("SUCCEEDED"), "{report}");
-    for leaked in [SECRET_KEY, "the-secret-in-a-file", "another-tenants-upload", "pwned"] {
+    for leaked in [
+        SECRET_KEY,
+        "the-secret-in-a-file",
+        "another-tenants-upload",
+        "pwned",
+    ] {
         assert!(!report.contains(leaked), "{leaked} in {report}");
     }
-    assert!(!created.exists(), "the attacker created {}", created.display());
+    assert!(
+        !created.exists(),
+        "the attacker created {}",
+        created.display()
+    );
     // Nothing reached the test's own server, not the job process and not its ffmpeg.
     match listener.accept() {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -149,7 +181,10 @@ async fn a_compromised_decoder_gets_nothing() {
         .and_then(|s| s.split_whitespace().next())
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no sleeper pid in {report}"));
-    assert!(sleeper > 0 && exits_within(sleeper, Duration::from_secs(5)), "{sleeper} lives");
+    assert!(
+        sleeper > 0 && exits_within(sleeper, Duration::from_secs(5)),
+        "{sleeper} lives"
+    );
 
     // Each misbehaviour costs its job, which is answered `media_crashed` (a forged time limit
     // is clamped, and the job's own answer goes out).
@@ -163,11 +198,27 @@ async fn a_compromised_decoder_gets_nothing() {
         assert_eq!(code, want, "{id}: {message}");
         assert!(got[*id].outputs.is_empty(), "{id}: {:?}", got[*id].outputs);
     }
-    assert!(error_of(&got["flood-replies"]).1.contains("reply line longer"));
+    assert!(
+        error_of(&got["flood-replies"])
+            .1
+            .contains("reply line longer")
+    );
     assert!(error_of(&got["flood-stderr"]).1.contains("on stderr"));
-    assert!(error_of(&got["output-outside"]).1.contains("an output it may not"));
-    assert!(error_of(&got["output-symlink"]).1.contains("an output it may not"));
-    assert!(error_of(&got["forged-limit"]).1.contains("forge_time_limit: sent"));
+    assert!(
+        error_of(&got["output-outside"])
+            .1
+            .contains("an output it may not")
+    );
+    assert!(
+        error_of(&got["output-symlink"])
+            .1
+            .contains("an output it may not")
+    );
+    assert!(
+        error_of(&got["forged-limit"])
+            .1
+            .contains("forge_time_limit: sent")
+    );
 
     // The worker's memory is flat after two 64 MiB lines; the next job succeeds; the
     // partition's commit reaches the end; no process but the idle fork servers is left.
@@ -186,7 +237,10 @@ async fn a_compromised_decoder_gets_nothing() {
     });
     let left = descendants_of(worker.pid());
     assert!(
-        left.len() <= 2 && left.iter().all(|p| proc_stat(*p).unwrap().1 == worker.pid()),
+        left.len() <= 2
+            && left
+                .iter()
+                .all(|p| proc_stat(*p).unwrap().1 == worker.pid()),
         "left: {:?}",
         left.iter().map(|p| cmdline(*p)).collect::<Vec<_>>()
     );
@@ -202,7 +256,8 @@ async fn a_missing_layer_is_reported_and_can_be_required() {
     env.insert("MEDIA_SANDBOX_DISABLE".into(), "landlock".into());
     let worker = Worker::start(&env);
     worker.wait_ready();
-    let layer = |name: &str| worker.metric(&format!("media_worker_sandbox_layers{{layer=\"{name}\"}}"));
+    let layer =
+        |name: &str| worker.metric(&format!("media_worker_sandbox_layers{{layer=\"{name}\"}}"));
     assert_eq!(layer("landlock_fs"), Some(0.0));
     assert_eq!(layer("seccomp"), Some(1.0));
     assert_eq!(layer("unprivileged"), Some(1.0));

@@ -67,10 +67,7 @@ pub async fn serve(svc: Services, shutdown: Shutdown) -> anyhow::Result<Running>
         .addr
         .ok_or_else(|| anyhow::anyhow!("api.addr is not set"))?;
     let permits = settings.api_concurrency();
-    let tokens = match &settings.api.tokens_file {
-        Some(path) => Some(Arc::new(auth::Tokens::load(path)?)),
-        None => None,
-    };
+    let tokens = svc.tokens.clone();
     // Children of its own, at a lower CPU priority: when the cores are contended (the pod's
     // transfers, TLS, JSON besides the jobs), the Kafka pool's children get them first.
     let media = job::executor(&settings, &svc.metrics, permits, settings.api.nice)?;
@@ -163,20 +160,86 @@ impl Drop for InFlight {
 /// Why a body could not be read whole.
 enum BodyError {
     TooLarge,
+    TimedOut,
     Failed(String),
 }
 
-/// Reads a body of at most `max` bytes (stopping as soon as it is over).
-async fn read_body(body: axum::body::Body, max: usize) -> Result<bytes::Bytes, BodyError> {
+/// Reads a body of at most `max` bytes (stopping as soon as it is over) within `limit`
+/// (`API_BODY_TIMEOUT_SECS`): a slow client cannot hold a job slot or a connection for long.
+async fn read_body(
+    body: axum::body::Body,
+    max: usize,
+    limit: Duration,
+) -> Result<bytes::Bytes, BodyError> {
     use futures_util::StreamExt;
     let mut stream = body.into_data_stream();
     let mut buf = bytes::BytesMut::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| BodyError::Failed(e.to_string()))?;
-        if buf.len() + chunk.len() > max {
-            return Err(BodyError::TooLarge);
+    let read = async {
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| BodyError::Failed(e.to_string()))?;
+            if buf.len() + chunk.len() > max {
+                return Err(BodyError::TooLarge);
+            }
+            buf.extend_from_slice(&chunk);
         }
-        buf.extend_from_slice(&chunk);
+        Ok(())
+    };
+    match tokio::time::timeout(limit, read).await {
+        Ok(r) => r.map(|_| buf.freeze()),
+        Err(_) => Err(BodyError::TimedOut),
     }
-    Ok(buf.freeze())
+}
+
+impl Api {
+    /// The refusal of a body that could not be read whole.
+    fn body_refusal(&self, e: BodyError, max: usize) -> (StatusCode, &'static str, String) {
+        match e {
+            BodyError::TooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("the body is over {max} bytes"),
+            ),
+            BodyError::TimedOut => (
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                format!("the body took longer than {:?}", self.body_timeout()),
+            ),
+            BodyError::Failed(e) => (
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("reading the body: {e}"),
+            ),
+        }
+    }
+
+    /// `API_BODY_TIMEOUT_SECS`.
+    fn body_timeout(&self) -> Duration {
+        Duration::from_secs(self.svc.settings.api.body_timeout_secs)
+    }
+
+    /// A job slot, if one is free (else answer [`Api::busy`]: never queued).
+    fn admit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.admit.clone().try_acquire_owned().ok()
+    }
+
+    /// The 503 that says every job slot is busy.
+    fn busy(&self) -> Response {
+        let message = format!(
+            "all {} API job slots are busy",
+            self.svc.settings.api_concurrency()
+        );
+        self.error(StatusCode::SERVICE_UNAVAILABLE, "busy", message)
+    }
+
+    /// 403 unless `grant` may act for `user_id` (when given) with a source in `bucket`.
+    fn forbidden(
+        grant: &crate::access::Grant,
+        user_id: Option<&str>,
+        bucket: &str,
+    ) -> Option<String> {
+        if let Some(user) = user_id.filter(|u| !grant.allows_user(u)) {
+            return Some(format!("this token may not act for user_id {user:?}"));
+        }
+        (!grant.allows_bucket(bucket)).then(|| format!("this token may not read bucket {bucket:?}"))
+    }
 }

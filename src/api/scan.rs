@@ -16,14 +16,26 @@ use crate::scratch::ScratchDir;
 use crate::stages::validate;
 use crate::storage::StorageError;
 
-use super::{Api, BodyError, read_body};
+use super::{Api, read_body};
+use crate::access::Grant;
+use axum::Extension;
 
 const ROUTE: &str = "/scan";
 /// The largest `{"bucket","key"}` body.
 const MAX_REF_BYTES: usize = 4096;
 
-pub(super) async fn handle(State(api): State<Api>, headers: HeaderMap, body: Body) -> Response {
-    match answer(&api, &headers, body).await {
+pub(super) async fn handle(
+    State(api): State<Api>,
+    Extension(grant): Extension<Grant>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    // A scan takes a job slot as a transcode does: a tenant cannot scan past the API's share.
+    let _permit = match api.admit() {
+        Some(p) => p,
+        None => return api.busy(),
+    };
+    match answer(&api, &grant, &headers, body).await {
         Ok(v) => {
             tracing::info!(
                 route = ROUTE,
@@ -50,7 +62,12 @@ pub(super) async fn handle(State(api): State<Api>, headers: HeaderMap, body: Bod
 
 type Refusal = (StatusCode, &'static str, String);
 
-async fn answer(api: &Api, headers: &HeaderMap, body: Body) -> Result<ScanVerdict, Refusal> {
+async fn answer(
+    api: &Api,
+    grant: &Grant,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<ScanVerdict, Refusal> {
     let Some(scanner) = &api.svc.scanner else {
         return Err(scan_refusal(ScanError::NotConfigured));
     };
@@ -60,7 +77,7 @@ async fn answer(api: &Api, headers: &HeaderMap, body: Body) -> Result<ScanVerdic
         .and_then(|v| v.to_str().ok())
         .is_some_and(|t| t.starts_with("application/json"));
     if is_json {
-        return scan_object(api, scanner, body).await;
+        return scan_object(api, grant, scanner, body).await;
     }
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -68,9 +85,20 @@ async fn answer(api: &Api, headers: &HeaderMap, body: Body) -> Result<ScanVerdic
     if declared.is_some_and(|n| n > max) {
         return Err(scan_refusal(ScanError::TooLarge { limit: max }));
     }
-    let input = body
-        .into_data_stream()
-        .map(|chunk| chunk.map_err(std::io::Error::other));
+    // Each part of the body within the API's body timeout: a client that stops sending is let
+    // go.
+    let limit = api.body_timeout();
+    let input = futures_util::stream::unfold(body.into_data_stream(), move |mut s| async move {
+        let next = match tokio::time::timeout(limit, s.next()).await {
+            Ok(Some(chunk)) => chunk.map_err(std::io::Error::other),
+            Ok(None) => return None,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no part of the body for {limit:?}"),
+            )),
+        };
+        Some((next, s))
+    });
     scanner
         .scan(Box::pin(input), max)
         .await
@@ -78,16 +106,23 @@ async fn answer(api: &Api, headers: &HeaderMap, body: Body) -> Result<ScanVerdic
 }
 
 /// `{"bucket","key"}`: the object downloaded to scratch, then scanned.
-async fn scan_object(api: &Api, scanner: &Scanner, body: Body) -> Result<ScanVerdict, Refusal> {
+async fn scan_object(
+    api: &Api,
+    grant: &Grant,
+    scanner: &Scanner,
+    body: Body,
+) -> Result<ScanVerdict, Refusal> {
     let svc = &api.svc;
     let bad = |m: String| (StatusCode::BAD_REQUEST, "bad_request", m);
-    let bytes = read_body(body, MAX_REF_BYTES).await.map_err(|e| match e {
-        BodyError::TooLarge => bad(format!("the body is over {MAX_REF_BYTES} bytes")),
-        BodyError::Failed(e) => bad(format!("reading the body: {e}")),
-    })?;
+    let bytes = read_body(body, MAX_REF_BYTES, api.body_timeout())
+        .await
+        .map_err(|e| api.body_refusal(e, MAX_REF_BYTES))?;
     let src: SourceRef = serde_json::from_slice(&bytes)
         .map_err(|e| bad(format!("expected {{\"bucket\", \"key\"}}: {e}")))?;
     validate::check_source(&src, &svc.settings.requests).map_err(bad)?;
+    if let Some(why) = Api::forbidden(grant, None, &src.bucket) {
+        return Err((StatusCode::FORBIDDEN, "forbidden", why));
+    }
     let job = svc.registry.start("scan", "scan");
     let scratch = ScratchDir::create(&svc.settings.worker.tmp_dir, job.id())
         .map_err(|e| storage_refusal(StorageError::Scratch(e.to_string())))?;

@@ -17,6 +17,8 @@ use crate::stages::validate::{self, Invalid};
 use crate::telemetry::{self, Origin, traces};
 
 use super::{Api, BodyError, read_body, status};
+use crate::access::Grant;
+use axum::Extension;
 
 const ROUTE: &str = "/transcode";
 /// Counted for a job whose client went away (nginx's "client closed request").
@@ -24,7 +26,12 @@ const CLIENT_CLOSED: u16 = 499;
 
 /// The request in a server span that continues the caller's W3C `traceparent`, like a Kafka
 /// message's `media.process_event`.
-pub(super) async fn handle(State(api): State<Api>, headers: HeaderMap, body: Body) -> Response {
+pub(super) async fn handle(
+    State(api): State<Api>,
+    Extension(grant): Extension<Grant>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let span = tracing::info_span!(
         "POST /transcode",
         otel.kind = "server",
@@ -36,7 +43,7 @@ pub(super) async fn handle(State(api): State<Api>, headers: HeaderMap, body: Bod
     );
     let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
     traces::continue_trace(&span, traceparent);
-    let r = answer(&api, body, Instant::now())
+    let r = answer(&api, &grant, body, Instant::now())
         .instrument(span.clone())
         .await;
     span.record("http.response.status_code", i64::from(r.status().as_u16()));
@@ -47,7 +54,7 @@ pub(super) async fn handle(State(api): State<Api>, headers: HeaderMap, body: Bod
     r
 }
 
-async fn answer(api: &Api, body: Body, started: Instant) -> Response {
+async fn answer(api: &Api, grant: &Grant, body: Body, started: Instant) -> Response {
     let svc = &api.svc;
     let max = svc.settings.requests.max_request_bytes;
     let invalid = |status: StatusCode, reason: String| {
@@ -63,14 +70,15 @@ async fn answer(api: &Api, body: Body, started: Instant) -> Response {
             &response::for_invalid(&svc.worker, &invalid, started),
         )
     };
-    let payload = match read_body(body, max).await {
+    let payload = match read_body(body, max, api.body_timeout()).await {
         Ok(b) => b,
         Err(BodyError::TooLarge) => {
             let reason = format!("the request is over the {max}-byte limit");
             return invalid(StatusCode::PAYLOAD_TOO_LARGE, reason);
         }
-        Err(BodyError::Failed(e)) => {
-            return invalid(StatusCode::BAD_REQUEST, format!("reading the body: {e}"));
+        Err(e) => {
+            let (status, _, reason) = api.body_refusal(e, max);
+            return invalid(status, reason);
         }
     };
     let req = match validate::parse(Some(&payload), &svc.settings) {
@@ -81,12 +89,13 @@ async fn answer(api: &Api, body: Body, started: Instant) -> Response {
             return json(api, StatusCode::BAD_REQUEST, &r);
         }
     };
-    let Ok(permit) = api.admit.clone().try_acquire_owned() else {
-        let message = format!(
-            "all {} API job slots are busy",
-            svc.settings.api_concurrency()
-        );
-        return api.error(StatusCode::SERVICE_UNAVAILABLE, "busy", message);
+    if let Some(why) = Api::forbidden(grant, Some(&req.user_id), &req.source.bucket) {
+        tracing::info!(route = ROUTE, reason = %why, "forbidden");
+        return api.error(StatusCode::FORBIDDEN, "forbidden", why);
+    }
+    let permit = match api.admit() {
+        Some(p) => p,
+        None => return api.busy(),
     };
     // The job runs in a task of its own, so that a client going away (this future dropped)
     // cancels it through `cancel` and it still stops cleanly: children reaped, scratch removed,

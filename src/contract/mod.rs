@@ -405,8 +405,10 @@ pub struct ApiErrorBody {
 }
 
 /// The codes of [`ApiErrorBody`].
-pub const API_ERROR_CODES: [&str; 10] = [
+pub const API_ERROR_CODES: [&str; 12] = [
     "unauthorized",
+    "forbidden",
+    "timeout",
     "busy",
     "too_large",
     "bad_request",

@@ -26,6 +26,8 @@ pub struct Services {
     pub media: Executor,
     /// clamd, when `CLAMD_ADDR` is set (profiles with `scan = true`, `POST /scan`).
     pub scanner: Option<Arc<Scanner>>,
+    /// The job API's tokens, when `API_TOKENS_FILE` is set (also what `/jobs` shows).
+    pub tokens: Option<Arc<crate::access::Tokens>>,
 }
 
 pub fn worker_info(settings: &Settings) -> WorkerInfo {
@@ -58,8 +60,13 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
         ))),
         None => None,
     };
+    let tokens = match &settings.api.tokens_file {
+        Some(path) => Some(Arc::new(crate::access::Tokens::load(path)?)),
+        None => None,
+    };
     Ok(Services {
         scanner,
+        tokens,
         worker: worker_info(&settings),
         settings,
         storage,

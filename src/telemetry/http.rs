@@ -26,6 +26,8 @@ pub struct HttpState {
     pub registry: Registry,
     pub health: Arc<Health>,
     pub scratch_dir: std::path::PathBuf,
+    /// The job API's tokens: with them, `/jobs` names requests to their holders only.
+    pub tokens: Option<Arc<crate::access::Tokens>>,
 }
 
 async fn live() -> &'static str {
@@ -64,8 +66,26 @@ async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
     )
 }
 
-async fn jobs(State(s): State<HttpState>) -> impl IntoResponse {
-    axum::Json(serde_json::json!({ "jobs": s.registry.snapshot() }))
+/// The jobs in progress. When the job API has tokens, a caller without one sees no request
+/// or media ids (which may name a tenant's objects), only how the jobs are doing.
+async fn jobs(State(s): State<HttpState>, headers: axum::http::HeaderMap) -> impl IntoResponse {
+    let mut jobs = serde_json::to_value(s.registry.snapshot()).unwrap_or_default();
+    let presented = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    let anonymous = s
+        .tokens
+        .as_ref()
+        .is_some_and(|t| !presented.is_some_and(|p| t.accepts(p)));
+    if anonymous {
+        for job in jobs.as_array_mut().into_iter().flatten() {
+            if let Some(fields) = job.as_object_mut() {
+                fields.remove("request_id");
+                fields.remove("media_id");
+            }
+        }
+    }
+    axum::Json(serde_json::json!({ "jobs": jobs }))
 }
 
 /// Limits that keep slow or many clients from exhausting the pod (file handles, tasks).

@@ -66,6 +66,7 @@ pub async fn run(
         registry: svc.registry.clone(),
         health: health.clone(),
         scratch_dir: settings.worker.tmp_dir.clone(),
+        tokens: svc.tokens.clone(),
     };
     let limits = http::Limits {
         max_connections: settings.http.max_connections.max(1),

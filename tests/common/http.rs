@@ -67,6 +67,33 @@ pub fn post_open(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &
     s
 }
 
+/// Sends the head of `POST path` declaring `declared` bytes, then only `part` of them, and
+/// reads the answer (a client that stalls).
+pub fn post_partial(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    declared: usize,
+    part: &[u8],
+) -> Answer {
+    let mut s = open(addr);
+    write_head(&mut s, path, headers, Some(declared));
+    s.write_all(part).unwrap();
+    read_answer(s)
+}
+
+/// `GET path` with extra `headers`.
+pub fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut s = open(addr);
+    let mut head = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    read_answer(s)
+}
+
 fn open(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();

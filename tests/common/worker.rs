@@ -19,7 +19,12 @@ pub struct Worker {
 impl Worker {
     pub fn start(env: &HashMap<String, String>) -> Worker {
         let mut worker = Worker::spawn(env);
-        wait_port(worker.http.port(), &mut worker.child, "worker http", &worker.log);
+        wait_port(
+            worker.http.port(),
+            &mut worker.child,
+            "worker http",
+            &worker.log,
+        );
         if let Some(api) = env.get("API_ADDR") {
             let port = api.rsplit(':').next().unwrap().parse().unwrap();
             wait_port(port, &mut worker.child, "worker API", &worker.log);
@@ -31,8 +36,11 @@ impl Worker {
     pub fn spawn(env: &HashMap<String, String>) -> Worker {
         let tmp = tempfile::tempdir().unwrap();
         // Job processes of a root worker run as nobody: the scratch must be reachable.
-        std::fs::set_permissions(tmp.path(), <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o711))
-            .unwrap();
+        std::fs::set_permissions(
+            tmp.path(),
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o711),
+        )
+        .unwrap();
         let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let log = tmp.path().join("worker.log");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_media-worker"));
