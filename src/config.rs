@@ -544,10 +544,10 @@ impl Settings {
             );
         }
         for (name, p) in &self.profiles {
-            if let Some(t) = p.thumbnail {
-                if t.width == 0 || t.height == 0 || t.width > 4096 || t.height > 4096 {
-                    return invalid(&format!("profiles.{name}.thumbnail"), "need 1 to 4096 px");
-                }
+            if let Some(t) = p.thumbnail
+                && (t.width == 0 || t.height == 0 || t.width > 4096 || t.height > 4096)
+            {
+                return invalid(&format!("profiles.{name}.thumbnail"), "need 1 to 4096 px");
             }
         }
         if self.kafka.bootstrap_servers.trim().is_empty() {
@@ -629,13 +629,13 @@ impl Settings {
                 return invalid("api.addr", "must differ from http.addr".into());
             }
         }
-        if let Some(path) = &self.api.tokens_file {
-            if let Err(e) = std::fs::metadata(path) {
-                return invalid(
-                    "api.tokens_file",
-                    format!("cannot read {}: {e}", path.display()),
-                );
-            }
+        if let Some(path) = &self.api.tokens_file
+            && let Err(e) = std::fs::metadata(path)
+        {
+            return invalid(
+                "api.tokens_file",
+                format!("cannot read {}: {e}", path.display()),
+            );
         }
         if !(0..=19).contains(&self.api.nice) {
             return invalid("api.nice", "must be 0-19".into());
@@ -646,10 +646,10 @@ impl Settings {
                 "max_connections and retry_after_secs must be positive".into(),
             );
         }
-        if let Some(addr) = &self.scan.clamd_addr {
-            if let Err(e) = addr.parse::<crate::scan::ClamdAddr>() {
-                return invalid("scan.clamd_addr", e);
-            }
+        if let Some(addr) = &self.scan.clamd_addr
+            && let Err(e) = addr.parse::<crate::scan::ClamdAddr>()
+        {
+            return invalid("scan.clamd_addr", e);
         }
         if self.scan.timeout_secs == 0 || self.scan.probe_interval_secs == 0 {
             return invalid(

@@ -45,10 +45,10 @@ impl ScratchDir {
 
 impl Drop for ScratchDir {
     fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.path) {
-            if e.kind() != io::ErrorKind::NotFound {
-                tracing::warn!(path = %self.path.display(), error = %e, "cannot remove scratch dir");
-            }
+        if let Err(e) = std::fs::remove_dir_all(&self.path)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot remove scratch dir");
         }
     }
 }

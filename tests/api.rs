@@ -49,6 +49,23 @@ fn api_worker(
     (Worker::start(&env), api)
 }
 
+/// [`api_worker`] without Kafka intake (its broker unreachable), one API job slot, and `extra`.
+fn one_slot_api(
+    stack: &Stack,
+    clamd: &Clamd,
+    dir: &Path,
+    extra: (&str, &str),
+) -> (Worker, SocketAddr) {
+    let dead_broker = format!("127.0.0.1:{}", free_port());
+    let env = [
+        ("KAFKA_INTAKE", "false"),
+        ("KAFKA_BOOTSTRAP_SERVERS", dead_broker.as_str()),
+        ("API_MAX_CONCURRENT", "1"),
+        extra,
+    ];
+    api_worker(stack, clamd, dir, &env)
+}
+
 fn scan_raw(api: SocketAddr, body: &[u8]) -> Answer {
     http::post(
         api,
@@ -256,17 +273,11 @@ async fn transcode_answers_synchronously_and_a_gone_client_cancels_its_job() {
     let mut stack = Stack::start(1).await;
     let mut clamd = Clamd::start();
     let dir = tempfile::tempdir().unwrap();
-    let dead_broker = format!("127.0.0.1:{}", free_port());
-    let (worker, api) = api_worker(
+    let (worker, api) = one_slot_api(
         &stack,
         &clamd,
         dir.path(),
-        &[
-            ("KAFKA_INTAKE", "false"),
-            ("KAFKA_BOOTSTRAP_SERVERS", &dead_broker),
-            ("API_MAX_CONCURRENT", "1"),
-            ("MEDIA_WORKER_PROFILES__VARIANTS__SCAN", "true"),
-        ],
+        ("MEDIA_WORKER_PROFILES__VARIANTS__SCAN", "true"),
     );
     let (status, ready) = worker.http_get("/health/ready").unwrap();
     assert_eq!(status, 200, "{ready}");
@@ -543,18 +554,7 @@ async fn tenants_are_kept_apart_at_the_api() {
     let stack = Stack::start(1).await;
     let clamd = Clamd::start();
     let dir = tempfile::tempdir().unwrap();
-    let dead_broker = format!("127.0.0.1:{}", free_port());
-    let (worker, api) = api_worker(
-        &stack,
-        &clamd,
-        dir.path(),
-        &[
-            ("KAFKA_INTAKE", "false"),
-            ("KAFKA_BOOTSTRAP_SERVERS", &dead_broker),
-            ("API_MAX_CONCURRENT", "1"),
-            ("API_BODY_TIMEOUT_SECS", "1"),
-        ],
-    );
+    let (worker, api) = one_slot_api(&stack, &clamd, dir.path(), ("API_BODY_TIMEOUT_SECS", "1"));
     // Re-read on change: one token for any tenant, two bound ones.
     std::fs::write(
         dir.path().join("tokens"),

@@ -90,10 +90,10 @@ pub async fn run(mut settings: Settings, dir: PathBuf) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
     while got.len() < files.len() && Instant::now() < deadline {
         let polled = tokio::task::block_in_place(|| responses.poll(Duration::from_millis(200)));
-        if let Some(Ok(m)) = polled {
-            if let Some(r) = m.payload().and_then(|p| serde_json::from_slice(p).ok()) {
-                got.push(r);
-            }
+        if let Some(Ok(m)) = polled
+            && let Some(r) = m.payload().and_then(|p| serde_json::from_slice(p).ok())
+        {
+            got.push(r);
         }
     }
     let wall = started.elapsed();

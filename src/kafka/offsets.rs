@@ -68,10 +68,10 @@ impl OffsetTracker {
 
     /// Stops tracking a revoked partition; its running jobs still count until they end.
     pub fn revoke(&mut self, tp: &Tp) {
-        if let Some(st) = self.parts.remove(tp) {
-            if !st.in_flight.is_empty() {
-                *self.orphans.entry(st.generation).or_default() += st.in_flight.len();
-            }
+        if let Some(st) = self.parts.remove(tp)
+            && !st.in_flight.is_empty()
+        {
+            *self.orphans.entry(st.generation).or_default() += st.in_flight.len();
         }
     }
 

@@ -213,10 +213,10 @@ impl Scanner {
     /// clamd's `VERSION` (`ClamAV 1.4.6/27440/Tue Nov 17 ...`), cached for [`ENGINE_TTL`];
     /// `ClamAV` alone when it cannot be read.
     async fn engine(&self) -> String {
-        if let Some((at, v)) = &*self.engine.lock().unwrap() {
-            if at.elapsed() < ENGINE_TTL {
-                return v.clone();
-            }
+        if let Some((at, v)) = &*self.engine.lock().unwrap()
+            && at.elapsed() < ENGINE_TTL
+        {
+            return v.clone();
         }
         let raw = clamav_client::tokio::get_version(&self.addr);
         match tokio::time::timeout(COMMAND_TIMEOUT, raw).await {

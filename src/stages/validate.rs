@@ -108,10 +108,10 @@ pub fn parse(payload: Option<&[u8]>, settings: &Settings) -> Result<OptimizeRequ
             req.user_id
         )));
     }
-    if let Some(p) = &req.profile {
-        if settings.profile(p).is_none() {
-            return Err(invalid(format!("unknown profile `{}`", bounded(p, 64))));
-        }
+    if let Some(p) = &req.profile
+        && settings.profile(p).is_none()
+    {
+        return Err(invalid(format!("unknown profile `{}`", bounded(p, 64))));
     }
     if let Some(m) = &req.metadata {
         check_metadata(m).map_err(invalid)?;

@@ -154,14 +154,14 @@ const MAX_PLAUSIBLE_SECONDS: f64 = 100.0 * 365.25 * 86_400.0;
 
 /// Duration, pixel and stream checks before any transcoding.
 pub fn check(p: &VideoProbe, limits: &Limits) -> Result<(), MediaError> {
-    if let Some(d) = p.duration {
-        if d.as_secs_f64() > limits.max_video_seconds as f64 {
-            return Err(MediaError::LimitsExceeded(format!(
-                "{:.1} s long, over the {} s limit",
-                d.as_secs_f64(),
-                limits.max_video_seconds
-            )));
-        }
+    if let Some(d) = p.duration
+        && d.as_secs_f64() > limits.max_video_seconds as f64
+    {
+        return Err(MediaError::LimitsExceeded(format!(
+            "{:.1} s long, over the {} s limit",
+            d.as_secs_f64(),
+            limits.max_video_seconds
+        )));
     }
     let pixels = p.width as u64 * p.height as u64;
     if pixels > limits.max_video_pixels {

@@ -232,14 +232,14 @@ fn rendition(
     written: Duration,
 ) -> Result<ProducedFile, MediaFailure> {
     let fail = at(Stage::Transform);
-    if let Some(want) = source.duration {
-        if written.as_secs_f64() < want.as_secs_f64() * 0.9 - 0.5 {
-            return Err(fail(MediaError::Corrupt(format!(
-                "the video ends after {:.1} s of the {:.1} s its header announces",
-                written.as_secs_f64(),
-                want.as_secs_f64()
-            ))));
-        }
+    if let Some(want) = source.duration
+        && written.as_secs_f64() < want.as_secs_f64() * 0.9 - 0.5
+    {
+        return Err(fail(MediaError::Corrupt(format!(
+            "the video ends after {:.1} s of the {:.1} s its header announces",
+            written.as_secs_f64(),
+            want.as_secs_f64()
+        ))));
     }
     let size_bytes = std::fs::metadata(path).map_err(|e| fail(e.into()))?.len();
     let (width, height) = transcode::output_size(source, short_side);

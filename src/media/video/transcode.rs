@@ -25,13 +25,13 @@ pub fn plan(ladder: &[Rendition], probe: &VideoProbe) -> Vec<Rendition> {
         .collect();
     rungs.sort_by_key(|r| std::cmp::Reverse(r.height));
     rungs.dedup_by_key(|r| r.height);
-    if rungs.is_empty() {
-        if let Some(last) = ladder.iter().min_by_key(|r| r.height) {
-            rungs.push(Rendition {
-                height: short,
-                crf: last.crf,
-            });
-        }
+    if rungs.is_empty()
+        && let Some(last) = ladder.iter().min_by_key(|r| r.height)
+    {
+        rungs.push(Rendition {
+            height: short,
+            crf: last.crf,
+        });
     }
     rungs
 }
