@@ -53,6 +53,22 @@ impl Drop for ScratchDir {
     }
 }
 
+/// Writes one of the worker's own records (`manifest.json`, `renditions.json`) into a job
+/// directory: never through a symlink (`O_NOFOLLOW`), readable by the worker alone.
+pub async fn write_record(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut f = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .await?;
+    f.write_all(bytes).await?;
+    f.flush().await
+}
+
 /// Removes job directories left by a crashed run. Only `job-*` entries are touched, so a
 /// TMP_DIR shared with other programs is safe. Returns how many were removed.
 pub fn sweep(root: &Path) -> io::Result<usize> {

@@ -106,7 +106,7 @@ pub async fn record(
 ) -> Result<(), StorageError> {
     let path = scratch.join(MANIFEST);
     let json = serde_json::to_vec_pretty(manifest).expect("manifest serialises");
-    tokio::fs::write(&path, json).await?;
+    crate::scratch::write_record(&path, &json).await?;
     let key = key(&req.user_id, manifest.media_type, &req.media_id, MANIFEST);
     let meta = ObjectMeta {
         content_type: "application/json",

@@ -114,7 +114,7 @@ async fn record(
 ) -> Result<(), StorageError> {
     let path = scratch.join(RECORD);
     let json = serde_json::to_vec_pretty(landed).expect("record serialises");
-    tokio::fs::write(&path, json).await?;
+    crate::scratch::write_record(&path, &json).await?;
     let key = key(&to.req.user_id, MediaType::Video, &to.req.media_id, RECORD);
     let meta = ObjectMeta {
         content_type: "application/json",
