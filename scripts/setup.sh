@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what media-worker needs on Debian 12, skipping whatever is already present.
 #   scripts/setup.sh          system packages (build + runtime)
-#   scripts/setup.sh --test   also the test servers: tansu (Kafka API) and s3s-fs (S3 API)
+#   scripts/setup.sh --test   also the test servers: Apache Kafka (scripts/kafka.sh), tansu
+#                             (Kafka API) and s3s-fs (S3 API)
 set -euo pipefail
 
 APT_PACKAGES=(pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev opencv-data ffmpeg)
@@ -40,6 +41,15 @@ if [ "${1:-}" = "--test" ]; then
   if ! command -v tansu >/dev/null || ! tansu --version 2>/dev/null | grep -q '0.6.0'; then
     echo "setup: cargo install tansu 0.6.0 (about 16 min cold)"
     cargo install --locked tansu --version 0.6.0 --features libsql,dynostore
+  fi
+  # Apache Kafka (the broker of scripts/kafka.sh), pinned in scripts/kafka/pom.xml: its jars
+  # copied by Maven into a cache directory.
+  kafka_version=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$(dirname "$0")/kafka/pom.xml")
+  kafka_libs=${KAFKA_LIBS:-$HOME/.cache/media-worker/kafka-$kafka_version/lib}
+  if [ ! -f "$kafka_libs/kafka_2.13-$kafka_version.jar" ]; then
+    echo "setup: Apache Kafka $kafka_version from Maven Central into $kafka_libs"
+    mvn -q -B -f "$(dirname "$0")/kafka/pom.xml" dependency:copy-dependencies \
+      -DoutputDirectory="$kafka_libs" -DincludeScope=runtime
   fi
   # The test runner: a process and a time limit per test (.config/nextest.toml).
   if ! command -v cargo-nextest >/dev/null; then

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# A local Apache Kafka KRaft cluster on loopback, for tests and for people.
+#   scripts/kafka.sh up N      N combined controller+broker nodes (1 or 3 usually) on free
+#                              loopback ports in a temp directory of their own; waits until
+#                              every node serves, then prints KAFKA_DIR=... and
+#                              KAFKA_BOOTSTRAP_SERVERS=... as its last two lines.
+#   scripts/kafka.sh down DIR  stops that cluster and removes DIR.
+#   scripts/kafka.sh stop DIR I / start DIR I   stops or starts node I (1..N) of it.
+# The broker's jars come from `scripts/setup.sh --test` (Maven, scripts/kafka/pom.xml) into
+# KAFKA_LIBS (default ~/.cache/media-worker/kafka-<version>/lib).
+set -euo pipefail
+
+VERSION=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$(dirname "$0")/kafka/pom.xml")
+LIBS=${KAFKA_LIBS:-$HOME/.cache/media-worker/kafka-$VERSION/lib}
+# Three nodes beside the workers on 2 cores and 24 GiB: a small heap, a serial collector and
+# few threads each.
+JAVA_OPTS=${KAFKA_JAVA_OPTS:--Xms192m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:ActiveProcessorCount=2 -Xss512k -Djava.awt.headless=true}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+java_run() { # class, args...
+  # shellcheck disable=SC2086
+  java $JAVA_OPTS -Dlog4j2.configurationFile="$DIR/log4j2.properties" -cp "$LIBS/*" "$@"
+}
+
+exec_java() { # class, args... (replaces the calling subshell)
+  # shellcheck disable=SC2086
+  exec java $JAVA_OPTS -Dlog4j2.configurationFile="$DIR/log4j2.properties" -cp "$LIBS/*" "$@"
+}
+
+node_start() { # i
+  local i=$1
+  # Where this start's lines begin: an earlier start's "started" does not count.
+  stat -c %s "$DIR/node$i/kafka.log" 2>/dev/null >"$DIR/node$i/offset" || echo 0 >"$DIR/node$i/offset"
+  # exec: the recorded pid is the JVM's own.
+  (exec_java kafka.Kafka "$DIR/node$i/server.properties") >>"$DIR/node$i/kafka.log" 2>&1 &
+  echo $! >"$DIR/node$i/pid"
+}
+
+node_stop() { # i
+  local pidfile=$DIR/node$1/pid
+  [ -f "$pidfile" ] || return 0
+  local pid
+  pid=$(cat "$pidfile")
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$pidfile"
+}
+
+wait_serving() { # i port
+  local i=$1 port=$2
+  for _ in $(seq 1 600); do
+    if tail -c +$(( $(cat "$DIR/node$i/offset") + 1 )) "$DIR/node$i/kafka.log" 2>/dev/null | grep -q "Kafka Server started" \
+      && python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null; then
+      return 0
+    fi
+    if ! kill -0 "$(cat "$DIR/node$i/pid")" 2>/dev/null; then
+      echo "kafka.sh: node $i exited:" >&2; tail -30 "$DIR/node$i/kafka.log" >&2; return 1
+    fi
+    sleep 0.1
+  done
+  echo "kafka.sh: node $i did not start within 60 s" >&2; tail -30 "$DIR/node$i/kafka.log" >&2
+  return 1
+}
+
+case "${1:-}" in
+  up)
+    N=${2:-1}
+    [ -d "$LIBS" ] || { echo "kafka.sh: no broker in $LIBS: run make setup-test" >&2; exit 1; }
+    DIR=$(mktemp -d "${TMPDIR:-/tmp}/kafka.XXXXXX")
+    cat >"$DIR/log4j2.properties" <<'EOF'
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+appender.stdout.type = Console
+appender.stdout.name = STDOUT
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+EOF
+    voters=""; brokers=""
+    declare -a BPORT CPORT
+    for i in $(seq 1 "$N"); do
+      BPORT[$i]=$(free_port); CPORT[$i]=$(free_port)
+      voters+="${voters:+,}$i@127.0.0.1:${CPORT[$i]}"
+      brokers+="${brokers:+,}127.0.0.1:${BPORT[$i]}"
+    done
+    rf=$(( N >= 3 ? 3 : 1 )); isr=$(( N >= 3 ? 2 : 1 ))
+    cluster=$(java_run kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
+    for i in $(seq 1 "$N"); do
+      mkdir -p "$DIR/node$i/data"
+      cat >"$DIR/node$i/server.properties" <<EOF
+process.roles=broker,controller
+node.id=$i
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://127.0.0.1:${BPORT[$i]},CONTROLLER://127.0.0.1:${CPORT[$i]}
+advertised.listeners=PLAINTEXT://127.0.0.1:${BPORT[$i]}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$DIR/node$i/data
+num.partitions=1
+default.replication.factor=$rf
+min.insync.replicas=$isr
+offsets.topic.replication.factor=$rf
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
+share.coordinator.state.topic.replication.factor=$rf
+share.coordinator.state.topic.min.isr=$isr
+auto.create.topics.enable=true
+group.initial.rebalance.delay.ms=0
+num.network.threads=2
+num.io.threads=2
+num.recovery.threads.per.data.dir=1
+background.threads=2
+log.segment.bytes=16777216
+log.retention.check.interval.ms=600000
+EOF
+      java_run kafka.tools.StorageTool format -t "$cluster" -c "$DIR/node$i/server.properties" \
+        >>"$DIR/node$i/kafka.log" 2>&1
+    done
+    for i in $(seq 1 "$N"); do node_start "$i"; done
+    for i in $(seq 1 "$N"); do wait_serving "$i" "${BPORT[$i]}" || { "$0" down "$DIR"; exit 1; }; done
+    echo "$brokers" >"$DIR/bootstrap"
+    echo "KAFKA_DIR=$DIR"
+    echo "KAFKA_BOOTSTRAP_SERVERS=$brokers"
+    ;;
+  down)
+    DIR=${2:?usage: kafka.sh down DIR}
+    for p in "$DIR"/node*/pid; do [ -f "$p" ] && node_stop "$(basename "$(dirname "$p")" | tr -dc 0-9)"; done
+    rm -rf "$DIR"
+    ;;
+  stop)
+    DIR=${2:?usage: kafka.sh stop DIR I}; node_stop "${3:?}"
+    ;;
+  start)
+    DIR=${2:?usage: kafka.sh start DIR I}; node_start "${3:?}"
+    port=$(sed -n 's#^listeners=PLAINTEXT://127.0.0.1:\([0-9]*\),.*#\1#p' "$DIR/node$3/server.properties")
+    wait_serving "$3" "$port"
+    ;;
+  *)
+    sed -n '2,10p' "$0"; exit 2
+    ;;
+esac
