@@ -28,6 +28,13 @@ unsafe extern "C" {
     fn vips_operation_block_set(name: *const c_char, state: c_int);
     fn vips_error_buffer_copy() -> *mut c_char;
     fn g_free(p: *mut c_void);
+    fn g_type_class_ref(t: usize) -> *mut c_void;
+    fn vips_operation_get_type() -> usize;
+    fn vips_type_map_all(
+        base: usize,
+        f: extern "C" fn(usize, *mut c_void) -> *mut c_void,
+        a: *mut c_void,
+    ) -> *mut c_void;
     fn g_object_unref(p: *mut c_void);
     fn g_log_set_handler(
         domain: *const c_char,
@@ -213,6 +220,20 @@ pub fn init(threads: usize) {
     });
     // SAFETY: sets a global integer.
     unsafe { vips_concurrency_set(threads.max(1) as c_int) };
+}
+
+/// Initialises every operation class now (GObject does it on first use, and a job process
+/// forked from a fork server would otherwise do it again for each job). Runs nothing: no
+/// thread starts, no file is read.
+pub fn init_classes() {
+    extern "C" fn class_ref(t: usize, _: *mut c_void) -> *mut c_void {
+        // SAFETY: `t` is a registered GType; a class reference is never dropped, as GObject's
+        // own classes are not.
+        unsafe { g_type_class_ref(t) };
+        ptr::null_mut()
+    }
+    // SAFETY: libvips is initialised (`init`); the callback only references classes.
+    unsafe { vips_type_map_all(vips_operation_get_type(), class_ref, ptr::null_mut()) };
 }
 
 /// The loader classes that may run (and their file, buffer and source subclasses).

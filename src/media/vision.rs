@@ -138,8 +138,9 @@ fn with_cascade<T>(
 
 /// Loads the cascades of `settings` once, ahead of the jobs that use them (a fork server, so
 /// that each job process starts with them parsed). A cascade that fails to load is left to the
-/// job to report.
-pub fn preload(settings: &AnalysisSettings) {
+/// job to report. Whether one was loaded now.
+pub fn preload(settings: &AnalysisSettings) -> bool {
+    let mut loaded = false;
     let paths = [
         Some(&settings.face_cascade),
         settings.profile_cascade.as_ref(),
@@ -151,7 +152,43 @@ pub fn preload(settings: &AnalysisSettings) {
         }
         if let Ok(c) = load_cascade(path) {
             idle.push((path.clone(), c));
+            loaded = true;
         }
+    }
+    loaded
+}
+
+/// Runs OpenCV's per-process set-up once, on a blank image of our own (the face search, the
+/// resize, the Laplacian and the hash a job uses), so that job processes forked from a fork
+/// server start with it done. Single-threaded (`init` set one thread).
+pub fn warm(settings: &AnalysisSettings) {
+    let run = || -> CvResult<()> {
+        let grey = Mat::new_rows_cols_with_default(
+            96,
+            96,
+            opencv::core::CV_8UC1,
+            opencv::core::Scalar::all(128.0),
+        )?;
+        with_cascade(&settings.face_cascade, |c| {
+            let mut found = Vector::<Rect>::new();
+            c.detect_multi_scale(
+                &grey,
+                &mut found,
+                1.1,
+                3,
+                0,
+                Size::new(24, 24),
+                Size::new(0, 0),
+            )
+        })?;
+        blur_score(&grey, 48)?;
+        let mut rgb = Mat::default();
+        imgproc::cvt_color_def(&grey, &mut rgb, imgproc::COLOR_GRAY2RGB)?;
+        let mut hash = Mat::default();
+        img_hash::PHash::create()?.compute(&rgb, &mut hash)
+    };
+    if let Err(e) = run() {
+        tracing::debug!(error = %e, "OpenCV warm-up");
     }
 }
 

@@ -69,8 +69,13 @@ pub fn job_limits(cpu_secs: u64, tasks: u64) -> io::Result<()> {
     set(libc::RLIMIT_NPROC, tasks + tasks_now())
 }
 
-/// Tasks (threads included) this process can see: an upper bound of its uid's.
+/// Tasks (threads included) this process can see: an upper bound of its uid's. None for a
+/// root worker's job process: its uid will be the sandbox's own, which only job processes use.
 fn tasks_now() -> u64 {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return 0;
+    }
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return 0;
     };

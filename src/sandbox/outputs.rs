@@ -97,3 +97,69 @@ fn open_beneath(dir: Option<&File>, path: &Path, flags: i32) -> std::io::Result<
     // SAFETY: a descriptor openat2 just returned, owned from here on.
     Ok(unsafe { File::from_raw_fd(fd as i32) })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::{FileFormat, ProducedFile, Role};
+
+    fn file(name: &str, path: &Path, width: u32) -> ProducedFile {
+        ProducedFile {
+            name: name.into(),
+            path: path.to_owned(),
+            role: Role::Variant,
+            format: FileFormat::Image(crate::contract::OutputFormat::Webp),
+            width,
+            height: width / 2,
+            size_bytes: 1,
+            duration_ms: None,
+            frames: None,
+            crop: None,
+        }
+    }
+
+    #[test]
+    fn only_regular_files_beneath_the_output_directory_under_the_workers_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let scratch = crate::scratch::ScratchDir::create(dir.path(), "job-t").unwrap();
+        let settings = crate::config::Settings::load_from(None, Vec::new()).unwrap();
+        let work = Work::new(
+            settings.media_job("default", None),
+            &scratch,
+            std::time::Duration::from_secs(5),
+        );
+        let out = |files| MediaOutput {
+            media_type: crate::contract::MediaType::Image,
+            files,
+            analysis: None,
+            warnings: Vec::new(),
+        };
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "secret").unwrap();
+        std::fs::write(work.out_dir.join("320w.webp"), "riff").unwrap();
+
+        // Named by the worker, sized by what it sees: the child's name and path are not used.
+        let ok = check(&work, out(vec![file("../renditions.json", &secret, 320)])).unwrap();
+        assert_eq!(ok.files[0].name, "320w.webp");
+        assert_eq!(ok.files[0].path, work.out_dir.join("320w.webp"));
+        assert_eq!(ok.files[0].size_bytes, 4);
+
+        // A symlink, a directory, a file that is not there, a format the profile lacks.
+        std::os::unix::fs::symlink(&secret, work.out_dir.join("600w.webp")).unwrap();
+        std::fs::create_dir(work.out_dir.join("1200w.webp")).unwrap();
+        let mut avif = file("x", &secret, 320);
+        avif.format = FileFormat::Image(crate::contract::OutputFormat::Avif);
+        for bad in [
+            file("x", &secret, 600),
+            file("x", &secret, 1200),
+            file("x", &secret, 5),
+            avif,
+        ] {
+            let e = check(&work, out(vec![bad])).unwrap_err();
+            assert!(matches!(e.error, MediaError::Crashed(_)), "{e:?}");
+        }
+        // More files than any job makes.
+        let many = (0..=MAX_FILES).map(|_| file("x", &secret, 320)).collect();
+        assert!(check(&work, out(many)).is_err());
+    }
+}

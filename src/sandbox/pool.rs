@@ -190,7 +190,7 @@ impl Pool {
             Ok(true) => {}
             _ => {
                 return self
-                    .server_lost(server, stage, "the sandbox did not take the job")
+                    .server_lost(server, stage, "the sandbox did not take the job", false)
                     .await;
             }
         }
@@ -237,7 +237,7 @@ impl Pool {
                         return self.ended(server, ended, done, stopping.map(|s| s.0), stage, *limit).await;
                     }
                     // Out of order or a second answer: the server is not to be trusted either.
-                    _ => return self.server_lost(server, stage, "the sandbox broke the protocol").await,
+                    _ => return self.server_lost(server, stage, "the sandbox broke the protocol", true).await,
                 },
                 _ = tokio::time::sleep_until(deadline) => match stopping {
                     // The limit may have been raised since this sleep began (a video's).
@@ -247,7 +247,7 @@ impl Pool {
                         stopping = stop(Stopping::Lingered, job, &self.live)
                     }
                     // The server did not report the end in time.
-                    Some(_) => return self.server_lost(server, stage, "the sandbox did not end the job").await,
+                    Some(_) => return self.server_lost(server, stage, "the sandbox did not end the job", true).await,
                 },
                 _ = cancel.cancelled(), if stopping.is_none() => {
                     stopping = stop(Stopping::Cancelled, job, &self.live);
@@ -321,16 +321,22 @@ impl Pool {
         Outcome::Crashed(fail(error), Some(Box::new(server)))
     }
 
-    /// A server that broke the protocol, died or hung: killed and reaped (within a deadline);
-    /// the job counts as crashed.
-    async fn server_lost(&self, server: Server, stage: Stage, why: &str) -> Outcome {
+    /// A server that broke the protocol, died or hung: killed and reaped (within a deadline).
+    /// Before it `took` the job that is this pod's fault (`Io`: retried, and the pod steps
+    /// aside while it lasts); once it had, the job counts as crashed.
+    async fn server_lost(&self, server: Server, stage: Stage, why: &str, took: bool) -> Outcome {
         let tail = server.stderr.text();
         let status = kill(server).await;
-        let error = match status.and_then(|s| s.signal()) {
+        let why = match status.and_then(|s| s.signal()) {
             Some(sig) if sig != libc::SIGKILL => {
-                MediaError::Crashed(format!("{why}: killed by {}", confine::signal_name(sig)))
+                format!("{why}: killed by {}", confine::signal_name(sig))
             }
-            _ => MediaError::Crashed(why.to_owned()),
+            _ => why.to_owned(),
+        };
+        let error = if took {
+            MediaError::Crashed(why)
+        } else {
+            MediaError::Io(why)
         };
         tracing::warn!(stage = stage.as_str(), error = %error, stderr = %tail, "sandbox lost");
         Outcome::Crashed(Failure { stage, error }, None)
@@ -386,7 +392,8 @@ impl Pool {
         let stdin = process.stdin.take().expect("piped");
         let stdout = BoundedLines::new(
             BufReader::new(process.stdout.take().expect("piped")),
-            MAX_LINE,
+            // A frame wraps a job's reply line (at most MAX_LINE) in a few bytes of its own.
+            MAX_LINE + 1024,
         );
         let stderr = stderr_tail::Tail::follow(pid, process.stderr.take().expect("piped"));
         Ok(Server {

@@ -40,6 +40,7 @@ pub fn main(vips_threads: usize, memory_limit: u64, disabled: &[String]) -> std:
     };
     let mut out = std::io::BufWriter::new(protocol);
     crate::media::init(vips_threads);
+    crate::media::vips::init_classes();
     let layers = Layers::available(disabled);
     let plan = match Plan::new(layers, memory_limit) {
         Ok(p) => p,
@@ -69,7 +70,9 @@ pub fn main(vips_threads: usize, memory_limit: u64, disabled: &[String]) -> std:
                 return std::process::ExitCode::from(2);
             }
         };
-        crate::media::vision::preload(&req.job.analysis);
+        if crate::media::vision::preload(&req.job.analysis) {
+            crate::media::vision::warm(&req.job.analysis);
+        }
         let ended = run(&req, &plan, &mut out);
         // Behind everything the job wrote to the shared stderr (see `stderr_tail`); the newline
         // ends a line it left unfinished.
