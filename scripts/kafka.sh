@@ -5,7 +5,8 @@
 #                              every node serves, then prints KAFKA_DIR=... and
 #                              KAFKA_BOOTSTRAP_SERVERS=... as its last two lines.
 #   scripts/kafka.sh down DIR  stops that cluster and removes DIR.
-#   scripts/kafka.sh stop DIR I / start DIR I   stops or starts node I (1..N) of it.
+#   scripts/kafka.sh stop DIR I / start DIR I [I...]   stops node I (1..N), or starts nodes.
+# With KAFKA_OWNER_PID set, `up` also takes the cluster down when that process ends.
 # The broker's jars come from `scripts/setup.sh --test` (Maven, scripts/kafka/pom.xml) into
 # KAFKA_LIBS (default ~/.cache/media-worker/kafka-<version>/lib).
 set -euo pipefail
@@ -115,6 +116,8 @@ share.coordinator.state.topic.replication.factor=$rf
 share.coordinator.state.topic.min.isr=$isr
 auto.create.topics.enable=true
 group.initial.rebalance.delay.ms=0
+# Tests use short session timeouts (3 s) to see evictions quickly.
+group.min.session.timeout.ms=1000
 num.network.threads=2
 num.io.threads=2
 num.recovery.threads.per.data.dir=1
@@ -128,6 +131,11 @@ EOF
     for i in $(seq 1 "$N"); do node_start "$i"; done
     for i in $(seq 1 "$N"); do wait_serving "$i" "${BPORT[$i]}" || { "$0" down "$DIR"; exit 1; }; done
     echo "$brokers" >"$DIR/bootstrap"
+    # A cluster owned by a process (a test) goes down when that process ends, however it ends.
+    if [ -n "${KAFKA_OWNER_PID:-}" ]; then
+      nohup bash -c 'while kill -0 "$1" 2>/dev/null && [ -d "$2" ]; do sleep 1; done; [ -d "$2" ] && "$0" down "$2"' \
+        "$0" "$KAFKA_OWNER_PID" "$DIR" >/dev/null 2>&1 &
+    fi
     echo "KAFKA_DIR=$DIR"
     echo "KAFKA_BOOTSTRAP_SERVERS=$brokers"
     ;;
@@ -140,9 +148,13 @@ EOF
     DIR=${2:?usage: kafka.sh stop DIR I}; node_stop "${3:?}"
     ;;
   start)
-    DIR=${2:?usage: kafka.sh start DIR I}; node_start "${3:?}"
-    port=$(sed -n 's#^listeners=PLAINTEXT://127.0.0.1:\([0-9]*\),.*#\1#p' "$DIR/node$3/server.properties")
-    wait_serving "$3" "$port"
+    # Several nodes at once (a quorum cannot form one node at a time), then waits for each.
+    DIR=${2:?usage: kafka.sh start DIR I [I...]}; shift 2
+    for i in "${@:?usage: kafka.sh start DIR I [I...]}"; do node_start "$i"; done
+    for i in "$@"; do
+      port=$(sed -n 's#^listeners=PLAINTEXT://127.0.0.1:\([0-9]*\),.*#\1#p' "$DIR/node$i/server.properties")
+      wait_serving "$i" "$port"
+    done
     ;;
   *)
     sed -n '2,10p' "$0"; exit 2
