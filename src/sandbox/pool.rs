@@ -136,17 +136,20 @@ impl Pool {
                 Outcome::Answered(result, server) => {
                     (result.and_then(|o| outputs::check(work, o)), server)
                 }
-                Outcome::Crashed(f, server) if !crashed => {
-                    self.config.deaths.inc();
-                    tracing::warn!(stage = f.stage.as_str(), error = %f.error,
-                        "sandbox job process died: trying once more in a fresh one");
-                    crashed = true;
-                    self.checkin(server);
-                    continue;
-                }
                 Outcome::Crashed(f, server) => {
-                    self.config.deaths.inc();
-                    (Err(f), server)
+                    // A server that could not take the job is this pod's fault, not a death.
+                    if !f.error.is_local() {
+                        self.config.deaths.inc();
+                    }
+                    if crashed {
+                        (Err(f), server)
+                    } else {
+                        tracing::warn!(stage = f.stage.as_str(), error = %f.error,
+                            "sandbox job process died: trying once more in a fresh one");
+                        crashed = true;
+                        self.checkin(server);
+                        continue;
+                    }
                 }
                 Outcome::Stopped(f, server) => (Err(f), server),
             };
