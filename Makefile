@@ -21,8 +21,8 @@ release: setup
 demo: release
 	RUST_LOG=warn target/release/media-worker demo $(DIR)
 
-## Everything: formatting, lints, unit tests, and end-to-end tests against real tansu + s3s-fs
-## (started by the test harness on free loopback ports), under cargo-nextest: a process and a
+## Everything: formatting, lints, unit tests, and end-to-end tests against Apache Kafka + s3s-fs
+## (started by the test harness on free loopback ports: scripts/kafka.sh), under cargo-nextest: a process and a
 ## time limit per test (.config/nextest.toml). Benchmarks are compiled by `lint`
 ## (clippy --all-targets) and run by `make bench`. Tests are built with the test-only feature
 ## `attack-probe` (tests/confinement.rs plays a compromised decoder with it).
@@ -67,7 +67,7 @@ bench: setup-test
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3 --isolation inline
 	cargo bench --bench video -- --rounds 3
 	cargo bench --bench dispatch -- --messages 20000 --ids 50
-	cargo bench --bench dispatch -- --messages 20000 --ids 50 --broker tansu
+	cargo bench --bench dispatch -- --messages 20000 --ids 50 --broker kafka
 	cargo bench --bench api_split -- --rounds 5 --requests 40 --clients 3
 
 ## Bytes at equal quality against sharp (npm, installed here into a cache, never a runtime

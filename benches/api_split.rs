@@ -5,7 +5,7 @@
 //!
 //!   cargo bench --bench api_split [-- --rounds 3 --requests 40 --clients 3 --modes split,...]
 //!
-//! Real parts as in the tests: the worker binary, tansu, s3s-fs. Each round produces
+//! Real parts as in the tests: the worker binary, Apache Kafka, s3s-fs. Each round produces
 //! `--requests` photo requests (new media ids, default profile) and times them from the first
 //! produce to the last response; "loaded" rounds run `--clients` threads posting photo jobs to
 //! the API the whole time (a 503 `busy` is retried after 50 ms), so its permit is never idle.

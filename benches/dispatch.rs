@@ -1,10 +1,10 @@
 //! Dispatch overhead: messages/s through one in-process worker (consume → dispatch → job →
 //! publish → commit) when the job itself is next to nothing, and RSS while a backlog waits.
 //!
-//!   cargo bench --bench dispatch [-- --messages 20000 --ids 50 --broker mock|tansu]
+//!   cargo bench --bench dispatch [-- --messages 20000 --ids 50 --broker mock|kafka]
 //!
 //! The broker is rdkafka's MockCluster (in-process, so the broker's own speed is not measured)
-//! or tansu (started on a free loopback port with sqlite storage, as in the tests), and the
+//! or Apache Kafka (one node of `scripts/kafka.sh` on loopback, as in the tests), and the
 //! store is local. `--ids` tiny images are processed first; then the backlog of
 //! `--messages` requests is produced before the worker starts, all for those ids, so every job
 //! is answered from its stored manifest (the "no-op profile": no decode, no encode, but the
@@ -37,29 +37,29 @@ mod common;
 /// Where the topics live.
 enum Cluster {
     Mock(MockCluster<'static, DefaultProducerContext>),
-    Tansu(common::Broker),
+    Kafka(common::Broker),
 }
 
 impl Cluster {
     fn start(kind: &str) -> Cluster {
         match kind {
             "mock" => Cluster::Mock(MockCluster::new(1).unwrap()),
-            "tansu" => Cluster::Tansu(common::Broker::start()),
-            other => panic!("--broker {other}: mock or tansu"),
+            "kafka" => Cluster::Kafka(common::Broker::start()),
+            other => panic!("--broker {other}: mock or kafka"),
         }
     }
 
     fn bootstrap(&self) -> String {
         match self {
             Cluster::Mock(c) => c.bootstrap_servers(),
-            Cluster::Tansu(b) => b.bootstrap(),
+            Cluster::Kafka(b) => b.bootstrap(),
         }
     }
 
     fn create_topic(&self, name: &str, partitions: i32) {
         match self {
             Cluster::Mock(c) => c.create_topic(name, partitions, 1).unwrap(),
-            Cluster::Tansu(b) => b.create_topic(name, partitions as u32),
+            Cluster::Kafka(b) => b.create_topic(name, partitions as u32),
         }
     }
 }

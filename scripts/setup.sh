@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what media-worker needs on Debian 12, skipping whatever is already present.
 #   scripts/setup.sh          system packages (build + runtime)
-#   scripts/setup.sh --test   also the test servers: Apache Kafka (scripts/kafka.sh), tansu
-#                             (Kafka API) and s3s-fs (S3 API)
+#   scripts/setup.sh --test   also the test servers: Apache Kafka (scripts/kafka.sh, from
+#                             Maven Central) and s3s-fs (S3 API)
 set -euo pipefail
 
 APT_PACKAGES=(pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev opencv-data ffmpeg)
@@ -11,6 +11,11 @@ APT_PACKAGES=(pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev
 # API tests scan with a real clamd (clamav-daemon; its signature updater is not used); the
 # containment tests make a pixel bomb with the vips CLI (libvips-tools).
 if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(libimage-exiftool-perl python3-pil python3-jsonschema prometheus clamav-daemon libvips-tools); fi
+# The tests' Kafka broker runs on Java, fetched with Maven (scripts/kafka.sh).
+if [ "${1:-}" = "--test" ]; then
+  command -v java >/dev/null || APT_PACKAGES+=(openjdk-17-jre-headless)
+  command -v mvn >/dev/null || APT_PACKAGES+=(maven)
+fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -37,10 +42,6 @@ if [ "${1:-}" = "--test" ]; then
   if ! command -v s3s-fs >/dev/null || ! s3s-fs --version 2>/dev/null | grep -q '0.14.1'; then
     echo "setup: cargo install s3s-fs 0.14.1 (about 4 min)"
     cargo install --locked s3s-fs --version 0.14.1 --features binary
-  fi
-  if ! command -v tansu >/dev/null || ! tansu --version 2>/dev/null | grep -q '0.6.0'; then
-    echo "setup: cargo install tansu 0.6.0 (about 16 min cold)"
-    cargo install --locked tansu --version 0.6.0 --features libsql,dynostore
   fi
   # Apache Kafka (the broker of scripts/kafka.sh), pinned in scripts/kafka/pom.xml: its jars
   # copied by Maven into a cache directory.

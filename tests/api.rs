@@ -1,5 +1,5 @@
 //! The job API and malware scanning against real servers: the worker binary, a real clamd
-//! (Debian's, with an EICAR-only database), s3s-fs and tansu. `POST /scan` (raw body and S3
+//! (Debian's, with an EICAR-only database), s3s-fs and Apache Kafka. `POST /scan` (raw body and S3
 //! object), `POST /transcode` (success and each error class, the concurrency limit, a client
 //! going away), bearer tokens and the tenants they are bound to, clamd stopped and back, and
 //! `scan = true` in the Kafka pipeline.

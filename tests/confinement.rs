@@ -1,4 +1,4 @@
-//! A compromised decoder, played from inside the sandbox against real tansu + s3s-fs: uploads
+//! A compromised decoder, played from inside the sandbox against Apache Kafka + s3s-fs: uploads
 //! that start with the attack probe's marker make their job process (built with the test-only
 //! feature `attack-probe`) attack from inside its confinement, as code injected into libvips
 //! or FFmpeg would. Each attack is refused or contained, every job is answered, the worker's

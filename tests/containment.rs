@@ -1,4 +1,4 @@
-//! Fault containment against real tansu + s3s-fs: media work runs in sandbox children, so a
+//! Fault containment against Apache Kafka + s3s-fs: media work runs in sandbox children, so a
 //! crashing decoder, a decode over the memory cap or a runaway job costs that job only.
 
 mod common;

@@ -1,4 +1,4 @@
-//! End-to-end: the worker binary against a real broker (tansu) and a real S3 server (s3s-fs).
+//! End-to-end: the worker binary against a real broker (Apache Kafka) and a real S3 server (s3s-fs).
 
 mod common;
 

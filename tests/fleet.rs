@@ -1,5 +1,6 @@
-//! Fleet delivery under faults: worker processes in one consumer group against the real broker
-//! (tansu) and S3 server (s3s-fs), a 4-partition request topic, one scenario per fault.
+//! Fleet delivery under faults: worker processes in one consumer group against a 3-node Apache
+//! Kafka cluster (replication factor 3, `min.insync.replicas=2`) and a real S3 server (s3s-fs),
+//! a 4-partition request topic, one scenario per fault.
 //!
 //! Every scenario produces its requests up front (a backlog: the workers are under load the
 //! whole time), injects its fault when a given share of the responses has arrived, and then
@@ -9,7 +10,7 @@
 //! - requests processed to completion more than once (counted from the `job finished` log
 //!   lines of every worker, killed ones included) ≤ the jobs in flight at the faults, plus
 //!   those completed while the broker had given their partition to two workers at once (see
-//!   `double_ownership`: tansu does, a Kafka coordinator does not);
+//!   `double_ownership`: a Kafka coordinator does not, other Kafka-API servers have);
 //! - every other repeated response was answered from the stored manifest (`replayed`).
 //!
 //! Each scenario prints one `fleet ...` line with its figures. `FLEET_REQUESTS` sets the
@@ -141,7 +142,7 @@ impl Fleet {
 
     async fn start(name: &'static str, workers: usize) -> Fleet {
         let one_at_a_time = SERIAL.lock().await;
-        let stack = Stack::start(PARTITIONS).await;
+        let stack = Stack::on(Broker::cluster(3), PARTITIONS).await;
         for image in IMAGES {
             stack.upload_corpus(image).await;
         }
@@ -421,7 +422,7 @@ type Span = (i64, String, String);
 /// Times when the broker had given a partition to two workers at once: for each partition, the
 /// overlaps of the workers' ownership (from `partition assigned` to `partition revoked`, or
 /// the worker's last line when it was killed). A correct group coordinator never does this (a
-/// partition moves only after its owner revoked it); tansu 0.6 does when members join, and
+/// partition moves only after its owner revoked it); some Kafka-API servers do when members join, and
 /// then both owners process the same messages until the old one rejoins.
 fn double_ownership(logs: &[Vec<Line>]) -> Vec<Span> {
     let spans: Vec<Vec<Span>> = logs
@@ -489,7 +490,7 @@ async fn fleet_survives_a_rolling_restart() {
     fleet.finish().await;
 }
 
-/// c. The broker restarts mid-run (tansu's sqlite storage keeps messages and offsets).
+/// c. The whole cluster restarts mid-run (each node's log keeps messages and offsets).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_survives_a_broker_restart() {
     let mut fleet = Fleet::under_load("broker", 3, 0.3).await;

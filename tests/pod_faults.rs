@@ -1,4 +1,4 @@
-//! Faults of the pod itself, against real tansu + s3s-fs: a sick pod stops taking work instead
+//! Faults of the pod itself, against Apache Kafka + s3s-fs: a sick pod stops taking work instead
 //! of failing it.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Video end to end: the worker binary against tansu and s3s-fs, and what SIGTERM does to a
+//! Video end to end: the worker binary against Apache Kafka and s3s-fs, and what SIGTERM does to a
 //! running transcode.
 
 mod common;

@@ -1,6 +1,8 @@
-//! The Kafka side: tansu, and clients that send requests and read responses.
+//! The Kafka side: an Apache Kafka cluster of the test's own, and clients that send requests
+//! and read responses.
 
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use media_worker::contract::{OptimizeRequest, OptimizeResponse};
@@ -12,90 +14,161 @@ use rdkafka::util::Timeout;
 
 use super::*;
 
-/// tansu with sqlite storage in its own directory.
+/// An Apache Kafka KRaft cluster of this test's own (`scripts/kafka.sh`): one node for the
+/// end-to-end tests, three (replication factor 3, `min.insync.replicas=2`) for the fleet's.
 pub struct Broker {
-    pub port: u16,
-    dir: tempfile::TempDir,
-    child: Option<Child>,
+    dir: PathBuf,
+    bootstrap: String,
+    pub nodes: usize,
+}
+
+/// The cluster script, from the crate's root.
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka.sh")
+}
+
+fn kafka_sh(args: &[&str]) -> String {
+    let out = Command::new(script())
+        .args(args)
+        .env("KAFKA_OWNER_PID", std::process::id().to_string())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("scripts/kafka.sh {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "scripts/kafka.sh {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 impl Broker {
+    /// One node.
     pub fn start() -> Broker {
-        let mut b = Broker {
-            port: free_port(),
-            dir: tempfile::tempdir().unwrap(),
-            child: None,
+        Broker::cluster(1)
+    }
+
+    /// `nodes` combined controller+broker nodes, serving.
+    pub fn cluster(nodes: usize) -> Broker {
+        let out = kafka_sh(&["up", &nodes.to_string()]);
+        let value = |key: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .unwrap_or_else(|| panic!("no {key} in {out}"))
+                .to_owned()
         };
-        b.restart();
+        let b = Broker {
+            dir: PathBuf::from(value("KAFKA_DIR=")),
+            bootstrap: value("KAFKA_BOOTSTRAP_SERVERS="),
+            nodes,
+        };
+        b.wait_serving();
         b
     }
 
     pub fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        self.bootstrap.clone()
     }
 
-    /// (Re)starts on the same port and data (tansu keeps data and offsets in sqlite).
-    pub fn restart(&mut self) {
-        self.stop();
-        let url = format!("tcp://127.0.0.1:{}", self.port);
-        let mut cmd = Command::new("tansu");
-        cmd.current_dir(self.dir.path()).args([
-            "broker",
-            "--listener-url",
-            &url,
-            "--advertised-listener-url",
-            &url,
-            "--storage-engine",
-            "sqlite://tansu.db",
-        ]);
-        let log = self.dir.path().join("tansu.log");
-        let mut child = spawn(&mut cmd, &log);
-        wait_port(self.port, &mut child, "tansu", &log);
-        // An open port does not prove the broker serves: wait for an answer to a metadata request.
+    /// An open port does not prove the cluster serves: wait until metadata names every broker.
+    fn wait_serving(&self) {
         let probe: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", self.bootstrap())
             .create()
             .unwrap();
-        wait_for("tansu answering", Duration::from_secs(60), || {
-            probe.fetch_metadata(None, Duration::from_secs(2)).ok()
+        wait_for("Kafka answering", Duration::from_secs(60), || {
+            let m = probe.fetch_metadata(None, Duration::from_secs(2)).ok()?;
+            (m.brokers().len() == self.nodes).then_some(())
         });
-        self.child = Some(child);
     }
 
-    pub fn stop(&mut self) {
-        stop_child(&mut self.child);
+    /// Stops node `i` (1-based; SIGTERM, a controlled shutdown).
+    pub fn stop_node(&self, i: usize) {
+        kafka_sh(&["stop", &self.dir.display().to_string(), &i.to_string()]);
     }
 
+    /// Starts node `i` again, on its ports and data.
+    pub fn start_node(&self, i: usize) {
+        kafka_sh(&["start", &self.dir.display().to_string(), &i.to_string()]);
+        self.wait_serving();
+    }
+
+    /// Every node stopped, then started again on the same ports and data.
+    pub fn restart(&mut self) {
+        for i in 1..=self.nodes {
+            self.stop_node(i);
+        }
+        let dir = self.dir.display().to_string();
+        let ids: Vec<String> = (1..=self.nodes).map(|i| i.to_string()).collect();
+        let mut args = vec!["start", dir.as_str()];
+        args.extend(ids.iter().map(String::as_str));
+        kafka_sh(&args);
+        self.wait_serving();
+    }
+
+    /// A topic with `partitions`, replicated on up to three nodes.
     pub fn create_topic(&self, name: &str, partitions: u32) {
-        let log = self.dir.path().join(format!("create-{name}.log"));
-        let mut child = Command::new("tansu")
-            .args([
-                "topic",
-                "create",
-                name,
-                "--partitions",
-                &partitions.to_string(),
-            ])
-            .args(["--broker", &format!("tcp://127.0.0.1:{}", self.port)])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        let admin: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap())
+            .create()
             .unwrap();
-        let status = wait_for("tansu topic create", Duration::from_secs(60), || {
-            child.try_wait().unwrap()
+        let rf = self.nodes.min(3) as i32;
+        let topic = NewTopic::new(name, partitions as i32, TopicReplication::Fixed(rf));
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        // On a thread of its own: the caller may be inside a Tokio runtime.
+        let created = std::thread::scope(|s| {
+            s.spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(admin.create_topics([&topic], &opts))
+            })
+            .join()
+            .unwrap()
         });
-        assert!(
-            status.success(),
-            "tansu topic create {name}: {status}\n{}",
-            log_tail(&log)
-        );
+        for r in created.unwrap() {
+            if let Err((t, e)) = r {
+                assert_eq!(
+                    e,
+                    rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists,
+                    "create topic {t}: {e}"
+                );
+            }
+        }
+        // Every partition with a leader before the test uses it.
+        wait_for("the topic's leaders", Duration::from_secs(60), || {
+            let m = admin
+                .inner()
+                .fetch_metadata(Some(name), Duration::from_secs(2))
+                .ok()?;
+            let t = m.topics().first()?;
+            (t.partitions().len() == partitions as usize
+                && t.partitions().iter().all(|p| p.leader() >= 0))
+            .then_some(())
+        });
+    }
+
+    /// The node logs' ends, for a failing test.
+    fn report(&self) {
+        for i in 1..=self.nodes {
+            report_if_panicking(
+                &format!("kafka node {i}"),
+                &self.dir.join(format!("node{i}/kafka.log")),
+            );
+        }
     }
 }
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        self.stop();
-        report_if_panicking("tansu", &self.dir.path().join("tansu.log"));
+        self.report();
+        let _ = Command::new(script())
+            .args(["down", &self.dir.display().to_string()])
+            .stdin(Stdio::null())
+            .output();
     }
 }
 

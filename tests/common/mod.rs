@@ -1,7 +1,8 @@
-//! Test harness: a real Kafka-compatible broker (tansu) and a real S3 server (s3s-fs), each on a
-//! free loopback port with its own data directory, plus the worker binary as a child process.
-//! Every child gets PR_SET_PDEATHSIG, so nothing outlives a crashed test; `Drop` stops them.
-//! `broker` (tansu, request and response clients), `storage` (s3s-fs), `stack` (both, with the
+//! Test harness: a real Apache Kafka cluster (`scripts/kafka.sh`) and a real S3 server (s3s-fs),
+//! each on free loopback ports with its own data directory, plus the worker binary as a child
+//! process. Every child gets PR_SET_PDEATHSIG and the cluster watches the test's pid, so nothing
+//! outlives a crashed test; `Drop` stops them.
+//! `broker` (Kafka, request and response clients), `storage` (s3s-fs), `stack` (both, with the
 //! test's topics and buckets) and `worker` (the binary); here the process, port and wait helpers.
 #![allow(dead_code)]
 

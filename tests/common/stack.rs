@@ -25,8 +25,13 @@ pub struct Stack {
 }
 
 impl Stack {
+    /// One Kafka node, one S3 server.
     pub async fn start(request_partitions: u32) -> Stack {
-        let broker = Broker::start();
+        Stack::on(Broker::start(), request_partitions).await
+    }
+
+    /// On `broker` (a cluster of several nodes, for the fleet).
+    pub async fn on(broker: Broker, request_partitions: u32) -> Stack {
         let s3 = S3::start();
         let s3c = s3.client().await;
         for b in [SOURCE_BUCKET, OUTPUT_BUCKET] {
@@ -94,8 +99,7 @@ impl Stack {
         set("KAFKA_RESPONSE_TOPIC", &self.response_topic);
         set("KAFKA_PROPERTY_SESSION_TIMEOUT_MS", "6000");
         set("KAFKA_PROPERTY_MAX_POLL_INTERVAL_MS", "20000");
-        // A third of the session timeout: at librdkafka's default (3 s, half of it) tansu
-        // rebalances the group every few seconds, with 3 members even when idle.
+        // A third of the session timeout (6 s, the broker's least), as Kafka advises.
         set("KAFKA_PROPERTY_HEARTBEAT_INTERVAL_MS", "2000");
         set("KAFKA_COMMIT_INTERVAL_MS", "200");
         set("AWS_ENDPOINT_URL_S3", &self.s3.endpoint());
