@@ -44,7 +44,7 @@ impl Cluster {
     fn start(kind: &str) -> Cluster {
         match kind {
             "mock" => Cluster::Mock(MockCluster::new(1).unwrap()),
-            "kafka" => Cluster::Kafka(common::Broker::start()),
+            "kafka" => Cluster::Kafka(common::Broker::cluster(1)),
             other => panic!("--broker {other}: mock or kafka"),
         }
     }

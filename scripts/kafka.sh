@@ -6,7 +6,10 @@
 #                              KAFKA_BOOTSTRAP_SERVERS=... as its last two lines.
 #   scripts/kafka.sh down DIR  stops that cluster and removes DIR.
 #   scripts/kafka.sh stop DIR I / start DIR I [I...]   stops node I (1..N), or starts nodes.
-# With KAFKA_OWNER_PID set, `up` also takes the cluster down when that process ends.
+#   scripts/kafka.sh kill DIR I   kills node I with SIGKILL (a crash, not a shutdown).
+# With KAFKA_OWNER_PID set, `up` also takes the cluster down when that process ends. As a
+# nextest setup script (NEXTEST_ENV set), `up` names the cluster to the tests in
+# MEDIA_TEST_KAFKA_DIR and MEDIA_TEST_KAFKA_BOOTSTRAP, and nextest (its parent) owns it.
 # The broker's jars come from `scripts/setup.sh --test` (Maven, scripts/kafka/pom.xml) into
 # KAFKA_LIBS (default ~/.cache/media-worker/kafka-<version>/lib).
 set -euo pipefail
@@ -116,8 +119,13 @@ share.coordinator.state.topic.replication.factor=$rf
 share.coordinator.state.topic.min.isr=$isr
 auto.create.topics.enable=true
 group.initial.rebalance.delay.ms=0
-# Tests use short session timeouts (3 s) to see evictions quickly.
+# Tests use short session timeouts (3 s) to see evictions quickly, with either group protocol:
+# classic (the client sets them) and consumer (KIP-848: the broker does).
 group.min.session.timeout.ms=1000
+group.consumer.min.session.timeout.ms=1000
+group.consumer.session.timeout.ms=6000
+group.consumer.min.heartbeat.interval.ms=500
+group.consumer.heartbeat.interval.ms=1000
 num.network.threads=2
 num.io.threads=2
 num.recovery.threads.per.data.dir=1
@@ -131,6 +139,10 @@ EOF
     for i in $(seq 1 "$N"); do node_start "$i"; done
     for i in $(seq 1 "$N"); do wait_serving "$i" "${BPORT[$i]}" || { "$0" down "$DIR"; exit 1; }; done
     echo "$brokers" >"$DIR/bootstrap"
+    if [ -n "${NEXTEST_ENV:-}" ]; then
+      printf 'MEDIA_TEST_KAFKA_DIR=%s\nMEDIA_TEST_KAFKA_BOOTSTRAP=%s\n' "$DIR" "$brokers" >>"$NEXTEST_ENV"
+      KAFKA_OWNER_PID=${KAFKA_OWNER_PID:-$PPID}
+    fi
     # A cluster owned by a process (a test) goes down when that process ends, however it ends.
     if [ -n "${KAFKA_OWNER_PID:-}" ]; then
       nohup bash -c 'while kill -0 "$1" 2>/dev/null && [ -d "$2" ]; do sleep 1; done; [ -d "$2" ] && "$0" down "$2"' \
@@ -147,6 +159,10 @@ EOF
   stop)
     DIR=${2:?usage: kafka.sh stop DIR I}; node_stop "${3:?}"
     ;;
+  kill)
+    DIR=${2:?usage: kafka.sh kill DIR I}; pidfile=$DIR/node${3:?}/pid
+    kill -KILL "$(cat "$pidfile")"; rm -f "$pidfile"
+    ;;
   start)
     # Several nodes at once (a quorum cannot form one node at a time), then waits for each.
     DIR=${2:?usage: kafka.sh start DIR I [I...]}; shift 2
@@ -157,6 +173,6 @@ EOF
     done
     ;;
   *)
-    sed -n '2,10p' "$0"; exit 2
+    sed -n '2,14p' "$0"; exit 2
     ;;
 esac

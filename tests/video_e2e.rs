@@ -173,7 +173,7 @@ fn video_stream(path: &std::path::Path) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_after_the_first_rendition_resumes_with_the_missing_rung() {
     let stack = Stack::start(1).await;
-    let progress_topic = "media.optimize.progress";
+    let progress_topic = &stack.own("media.optimize.progress");
     stack.broker.create_topic(progress_topic, 1);
     let dir = tempfile::tempdir().unwrap();
     let video = synthetic_video(dir.path(), 10, 1280, 720);
@@ -273,7 +273,7 @@ async fn a_worker_killed_after_the_first_rendition_resumes_with_the_missing_rung
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_events_arrive_in_order_within_the_rate_bound_before_the_response() {
     let stack = Stack::start(1).await;
-    let topic = "media.optimize.progress";
+    let topic = &stack.own("media.optimize.progress");
     stack.broker.create_topic(topic, 1);
     let dir = tempfile::tempdir().unwrap();
     let video = synthetic_video(dir.path(), 20, 1280, 720);

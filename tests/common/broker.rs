@@ -14,12 +14,14 @@ use rdkafka::util::Timeout;
 
 use super::*;
 
-/// An Apache Kafka KRaft cluster of this test's own (`scripts/kafka.sh`): one node for the
-/// end-to-end tests, three (replication factor 3, `min.insync.replicas=2`) for the fleet's.
+/// An Apache Kafka KRaft cluster (`scripts/kafka.sh`): one node shared by the end-to-end tests of
+/// a run, three of a test's own (replication factor 3, `min.insync.replicas=2`) for the fleet's.
 pub struct Broker {
     dir: PathBuf,
     bootstrap: String,
     pub nodes: usize,
+    /// Taken down when dropped; a shared node belongs to the run.
+    owned: bool,
 }
 
 /// The cluster script, from the crate's root.
@@ -44,9 +46,25 @@ fn kafka_sh(args: &[&str]) -> String {
 }
 
 impl Broker {
-    /// One node.
-    pub fn start() -> Broker {
-        Broker::cluster(1)
+    /// The run's one node: nextest's setup script (`.config/nextest.toml`) starts it and names it
+    /// in `MEDIA_TEST_KAFKA_BOOTSTRAP`; a test run some other way starts a node of its own.
+    pub fn shared() -> Broker {
+        match (
+            std::env::var("MEDIA_TEST_KAFKA_DIR"),
+            std::env::var("MEDIA_TEST_KAFKA_BOOTSTRAP"),
+        ) {
+            (Ok(dir), Ok(bootstrap)) => {
+                let b = Broker {
+                    dir: dir.into(),
+                    bootstrap,
+                    nodes: 1,
+                    owned: false,
+                };
+                b.wait_serving();
+                b
+            }
+            _ => Broker::cluster(1),
+        }
     }
 
     /// `nodes` combined controller+broker nodes, serving.
@@ -62,6 +80,7 @@ impl Broker {
             dir: PathBuf::from(value("KAFKA_DIR=")),
             bootstrap: value("KAFKA_BOOTSTRAP_SERVERS="),
             nodes,
+            owned: true,
         };
         b.wait_serving();
         b
@@ -165,6 +184,9 @@ impl Broker {
 impl Drop for Broker {
     fn drop(&mut self) {
         self.report();
+        if !self.owned {
+            return;
+        }
         let _ = Command::new(script())
             .args(["down", &self.dir.display().to_string()])
             .stdin(Stdio::null())

@@ -15,19 +15,21 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use super::broker::close_within;
 use super::*;
 
-/// A broker, an S3 server with the source and output buckets, and unique topic names.
+/// A broker, an S3 server with the source and output buckets, and topic and group names of this
+/// stack's own (the end-to-end tests share one Kafka node per run).
 pub struct Stack {
     pub broker: Broker,
     pub s3: S3,
     pub s3c: S3Client,
     pub request_topic: String,
     pub response_topic: String,
+    ns: String,
 }
 
 impl Stack {
-    /// One Kafka node, one S3 server.
+    /// The run's shared Kafka node, one S3 server.
     pub async fn start(request_partitions: u32) -> Stack {
-        Stack::on(Broker::start(), request_partitions).await
+        Stack::on(Broker::shared(), request_partitions).await
     }
 
     /// On `broker` (a cluster of several nodes, for the fleet).
@@ -37,8 +39,9 @@ impl Stack {
         for b in [SOURCE_BUCKET, OUTPUT_BUCKET] {
             s3c.create_bucket().bucket(b).send().await.unwrap();
         }
-        let request_topic = "media.optimize.request".to_owned();
-        let response_topic = "media.optimize.response".to_owned();
+        let ns = format!("{:08x}", fastrand::u32(..));
+        let request_topic = format!("media.optimize.request.{ns}");
+        let response_topic = format!("media.optimize.response.{ns}");
         broker.create_topic(&request_topic, request_partitions);
         broker.create_topic(&response_topic, 1);
         Stack {
@@ -47,7 +50,14 @@ impl Stack {
             s3c,
             request_topic,
             response_topic,
+            ns,
         }
+    }
+
+    /// `name` made this stack's own: a topic or a consumer group no other test on the shared
+    /// broker uses.
+    pub fn own(&self, name: &str) -> String {
+        format!("{name}.{}", self.ns)
     }
 
     /// Uploads a corpus file as `uploads/{name}`.
@@ -94,9 +104,10 @@ impl Stack {
             env.insert(k.to_owned(), v.to_owned());
         };
         set("KAFKA_BOOTSTRAP_SERVERS", &self.broker.bootstrap());
-        set("KAFKA_GROUP_ID", group);
+        set("KAFKA_GROUP_ID", &self.own(group));
         set("KAFKA_REQUEST_TOPIC", &self.request_topic);
         set("KAFKA_RESPONSE_TOPIC", &self.response_topic);
+        set("KAFKA_DLQ_TOPIC", &self.own("media.optimize.dlq"));
         set("KAFKA_PROPERTY_SESSION_TIMEOUT_MS", "6000");
         set("KAFKA_PROPERTY_MAX_POLL_INTERVAL_MS", "20000");
         // A third of the session timeout (6 s, the broker's least), as Kafka advises.
@@ -216,7 +227,7 @@ impl Stack {
     pub fn committed(&self, group: &str, partitions: i32) -> Vec<i64> {
         let c: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", self.broker.bootstrap())
-            .set("group.id", group)
+            .set("group.id", self.own(group))
             .create()
             .unwrap();
         let mut tpl = TopicPartitionList::new();
