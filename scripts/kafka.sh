@@ -4,7 +4,7 @@
 #                              loopback ports in a temp directory of their own; waits until
 #                              every node serves, then prints KAFKA_DIR=... and
 #                              KAFKA_BOOTSTRAP_SERVERS=... as its last two lines.
-#   scripts/kafka.sh down DIR  stops that cluster and removes DIR.
+#   scripts/kafka.sh down DIR  kills that cluster and removes DIR (its data with it).
 #   scripts/kafka.sh stop DIR I / start DIR I [I...]   stops node I (1..N), or starts nodes.
 #   scripts/kafka.sh kill DIR I   kills node I with SIGKILL (a crash, not a shutdown).
 # With KAFKA_OWNER_PID set, `up` also takes the cluster down when that process ends. As a
@@ -145,15 +145,20 @@ EOF
     fi
     # A cluster owned by a process (a test) goes down when that process ends, however it ends.
     if [ -n "${KAFKA_OWNER_PID:-}" ]; then
-      nohup bash -c 'while kill -0 "$1" 2>/dev/null && [ -d "$2" ]; do sleep 1; done; [ -d "$2" ] && "$0" down "$2"' \
+      setsid nohup bash -c 'while kill -0 "$1" 2>/dev/null && [ -d "$2" ]; do sleep 1; done; [ -d "$2" ] && "$0" down "$2"' \
         "$0" "$KAFKA_OWNER_PID" "$DIR" >/dev/null 2>&1 &
     fi
     echo "KAFKA_DIR=$DIR"
     echo "KAFKA_BOOTSTRAP_SERVERS=$brokers"
     ;;
   down)
+    # Its data goes too, so no controlled shutdown: SIGKILL every node, wait for each to go.
     DIR=${2:?usage: kafka.sh down DIR}
-    for p in "$DIR"/node*/pid; do [ -f "$p" ] && node_stop "$(basename "$(dirname "$p")" | tr -dc 0-9)"; done
+    for p in "$DIR"/node*/pid; do [ -f "$p" ] && kill -KILL "$(cat "$p")" 2>/dev/null; done
+    for p in "$DIR"/node*/pid; do
+      [ -f "$p" ] || continue
+      for _ in $(seq 1 100); do kill -0 "$(cat "$p")" 2>/dev/null || break; sleep 0.1; done
+    done
     rm -rf "$DIR"
     ;;
   stop)

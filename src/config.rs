@@ -29,6 +29,7 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("KAFKA_BOOTSTRAP_SERVERS", "kafka.bootstrap_servers"),
     ("KAFKA_GROUP_ID", "kafka.group_id"),
     ("KAFKA_GROUP_INSTANCE_ID", "kafka.group_instance_id"),
+    ("KAFKA_GROUP_PROTOCOL", "kafka.group_protocol"),
     ("KAFKA_REQUEST_TOPIC", "kafka.request_topic"),
     ("KAFKA_RESPONSE_TOPIC", "kafka.response_topic"),
     ("KAFKA_DLQ_TOPIC", "kafka.dlq_topic"),
@@ -146,6 +147,8 @@ pub struct KafkaSettings {
     pub group_id: String,
     #[serde(default)]
     pub group_instance_id: Option<String>,
+    /// How the group assigns partitions (`KAFKA_GROUP_PROTOCOL`).
+    pub group_protocol: GroupProtocol,
     pub request_topic: String,
     pub response_topic: String,
     /// Where a request goes, with its error, when its response cannot be published.
@@ -170,6 +173,26 @@ pub struct KafkaSettings {
     #[serde(default)]
     pub properties: BTreeMap<String, PropertyValue>,
 }
+
+/// The consumer-group protocol (docs/operations.md has the figures behind the default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupProtocol {
+    /// The client-side protocol: members join, the leader assigns (cooperative-sticky).
+    Classic,
+    /// KIP-848: the broker assigns and reconciles each member on its own heartbeat; the
+    /// session and heartbeat times are the broker's (`group.consumer.*`).
+    Consumer,
+}
+
+/// librdkafka properties the consumer protocol takes from the broker instead: setting one is
+/// refused at start-up rather than left for librdkafka to ignore or reject later.
+pub const CLASSIC_ONLY_PROPERTIES: [&str; 4] = [
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "partition.assignment.strategy",
+    "group.protocol.type",
+];
 
 /// A librdkafka property value; TOML numbers and booleans are accepted as well as strings.
 #[derive(Debug, Clone, Deserialize)]
@@ -477,6 +500,21 @@ impl Settings {
             })
         };
         let k = &self.kafka;
+        if k.properties.contains_key("group.protocol") {
+            return invalid("kafka.properties", "set kafka.group_protocol instead");
+        }
+        if k.group_protocol == GroupProtocol::Consumer
+            && let Some(p) = CLASSIC_ONLY_PROPERTIES
+                .iter()
+                .find(|p| k.properties.contains_key(**p))
+        {
+            return invalid(
+                "kafka.properties",
+                &format!(
+                    "{p} is the broker's under group_protocol = \"consumer\" (group.consumer.*)"
+                ),
+            );
+        }
         if !(k.progress_step > 0.0 && k.progress_step <= 1.0) {
             return invalid("kafka.progress_step", "need a fraction in (0, 1]");
         }
@@ -825,6 +863,7 @@ mod tests {
         use figment::value::{Num, Value};
         match (key, value) {
             ("worker.isolation", _) => "inline".into(),
+            ("kafka.group_protocol", _) => "consumer".into(),
             ("worker.sandbox_disable", _) => "seccomp".into(),
             ("http.addr", _) => "127.0.0.1:9999".into(),
             ("api.nice", _) => "5".into(),

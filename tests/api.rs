@@ -9,14 +9,12 @@ mod common;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
 
 use common::http::{self, Answer};
 use common::*;
 use media_worker::contract::{ErrorCode, OptimizeResponse, Stage, Status};
 use media_worker::scan::Scanner;
 
-const MINUTE: Duration = Duration::from_secs(60);
 const TOKEN: &str = "s3cr3t-token-for-tests";
 
 fn auth() -> String {

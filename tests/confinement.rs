@@ -17,8 +17,6 @@ use common::*;
 use media_worker::contract::{ErrorCode, OptimizeResponse, Status};
 use media_worker::sandbox::attack::MARKER;
 
-const MINUTE: Duration = Duration::from_secs(60);
-
 /// An upload that makes its job process perform `attacks` (JSON).
 fn hostile(dir: &Path, name: &str, attacks: serde_json::Value) -> std::path::PathBuf {
     let path = dir.join(name);

@@ -11,8 +11,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use media_worker::contract::{ErrorCode, OptimizeResponse, Stage, Status};
 
-const MINUTE: Duration = Duration::from_secs(60);
-
 fn failed(r: &OptimizeResponse) -> (ErrorCode, String, Stage, bool) {
     let e = r
         .error

@@ -7,13 +7,17 @@
 //! asserts what the product promises:
 //! - every request got a final success response;
 //! - every output a response lists exists in S3 and decodes;
+//! - no partition was owned by two workers at once (from their `partition assigned` and
+//!   `partition revoked` log lines);
 //! - requests processed to completion more than once (counted from the `job finished` log
-//!   lines of every worker, killed ones included) ≤ the jobs in flight at the faults, plus
-//!   those completed while the broker had given their partition to two workers at once (see
-//!   `double_ownership`: a Kafka coordinator does not, other Kafka-API servers have);
+//!   lines of every worker, killed ones included) ≤ the jobs in flight at the faults; none at
+//!   all, and no request answered twice, in a rolling restart (every worker drains);
 //! - every other repeated response was answered from the stored manifest (`replayed`).
 //!
-//! Each scenario prints one `fleet ...` line with its figures. `FLEET_REQUESTS` sets the
+//! Every scenario runs under both group protocols (`classic::...`, `consumer::...`).
+//!
+//! Each scenario prints one `fleet ...` line with its figures (handovers: seconds from a
+//! partition's revoke to its next assignment). `FLEET_REQUESTS` sets the
 //! requests per scenario: 60 in `make test`, 300 in `make test-fleet`. Scenarios run one at a
 //! time (each starts its own broker, S3 server and workers).
 
@@ -118,6 +122,7 @@ impl Collector {
 struct Fleet {
     _one_at_a_time: tokio::sync::MutexGuard<'static, ()>,
     name: &'static str,
+    protocol: &'static str,
     stack: Stack,
     env: HashMap<String, String>,
     workers: Vec<Worker>,
@@ -127,22 +132,30 @@ struct Fleet {
     requests: Vec<OptimizeRequest>,
     /// Jobs running on the workers a fault hit, summed over the faults.
     in_flight_at_faults: usize,
+    /// The scenario promises that no request completes twice (a drain-only fault).
+    no_repeats: bool,
     started: Instant,
 }
 
 impl Fleet {
     /// Starts `workers` workers, produces the scenario's backlog and waits until `share` of it
     /// is answered: the moment of the fault.
-    async fn under_load(name: &'static str, workers: usize, share: f64) -> Fleet {
-        let mut fleet = Fleet::start(name, workers).await;
+    async fn under_load(
+        name: &'static str,
+        protocol: &'static str,
+        workers: usize,
+        share: f64,
+    ) -> Fleet {
+        let mut fleet = Fleet::start(name, protocol, workers).await;
         fleet.send(requests_per_scenario()).await;
         fleet.wait_share(share);
         fleet
     }
 
-    async fn start(name: &'static str, workers: usize) -> Fleet {
+    async fn start(name: &'static str, protocol: &'static str, workers: usize) -> Fleet {
         let one_at_a_time = SERIAL.lock().await;
-        let stack = Stack::on(Broker::cluster(3), PARTITIONS).await;
+        let mut stack = Stack::on(Broker::cluster(3), PARTITIONS).await;
+        stack.group_protocol = protocol.to_owned();
         for image in IMAGES {
             stack.upload_corpus(image).await;
         }
@@ -158,6 +171,7 @@ impl Fleet {
         let mut fleet = Fleet {
             _one_at_a_time: one_at_a_time,
             name,
+            protocol,
             stack,
             env,
             workers: Vec::new(),
@@ -165,6 +179,7 @@ impl Fleet {
             collector,
             requests: Vec::new(),
             in_flight_at_faults: 0,
+            no_repeats: false,
             started: Instant::now(),
         };
         for _ in 0..workers {
@@ -300,17 +315,9 @@ impl Fleet {
             *per_id.entry(c.media_id.as_str()).or_default() += 1;
         }
         let completed_twice: usize = per_id.values().map(|c| c.saturating_sub(1)).sum();
-        // Completions while the broker had given their partition to two workers: the worker
-        // cannot bound those (see `double_ownership`), so they widen the bound, and are shown.
+        // A partition's owners never overlap: a Kafka coordinator moves it only after its
+        // owner revoked it (or was evicted).
         let doubled = double_ownership(&logs);
-        let during_double = done
-            .iter()
-            .filter(|c| {
-                doubled
-                    .iter()
-                    .any(|(p, from, to)| *p == c.partition && from <= &c.at && &c.at <= to)
-            })
-            .count();
         let duplicates = got.len() - n;
         let replayed = got.iter().filter(|(_, r)| r.body.replayed).count();
         let repeated_not_replayed: usize = by_id
@@ -327,29 +334,41 @@ impl Fleet {
             .map(|w| w[1].0 - w[0].0)
             .max()
             .unwrap_or_default();
+        let handovers = handovers(&logs);
+        let handover_max = handovers.iter().copied().fold(0.0, f64::max);
         println!(
-            "fleet scenario={} requests={n} all_succeeded_after={:.1}s throughput={:.1} req/s \
-             responses={} duplicates={duplicates} replayed={replayed} completed_twice={completed_twice} \
-             in_flight_at_faults={} longest_gap_between_responses={:.1}s outputs_decoded={} \
-             partitions_owned_twice_by_the_broker={} completions_meanwhile={during_double}",
+            "fleet scenario={} protocol={} requests={n} all_succeeded_after={:.1}s \
+             throughput={:.1} req/s responses={} duplicates={duplicates} replayed={replayed} \
+             completed_twice={completed_twice} in_flight_at_faults={} \
+             longest_gap_between_responses={:.1}s handovers={} handover_max={handover_max:.2}s \
+             outputs_decoded={}",
             self.name,
+            self.protocol,
             all_done.as_secs_f64(),
             n as f64 / all_done.as_secs_f64(),
             got.len(),
             self.in_flight_at_faults,
             longest_gap.as_secs_f64(),
+            handovers.len(),
             outputs.len(),
-            doubled.len(),
         );
-        for (p, from, to) in &doubled {
-            println!("  partition {p} owned by two workers from {from} to {to}");
-        }
         assert!(
-            completed_twice <= self.in_flight_at_faults + during_double,
-            "completed twice {completed_twice} > in flight at the faults {} + completed while \
-             the broker had given the partition to two workers {during_double}",
+            doubled.is_empty(),
+            "partitions owned by two workers at once: {doubled:?}"
+        );
+        let ceiling = if self.no_repeats {
+            0
+        } else {
+            self.in_flight_at_faults
+        };
+        assert!(
+            completed_twice <= ceiling,
+            "completed twice {completed_twice} > {ceiling} (in flight at the faults: {})",
             self.in_flight_at_faults
         );
+        if self.no_repeats {
+            assert_eq!(duplicates, 0, "no request answered twice");
+        }
         assert!(
             repeated_not_replayed <= completed_twice,
             "a repeated response not from the manifest ({repeated_not_replayed}) for a job \
@@ -397,8 +416,6 @@ fn lines(w: &Worker) -> Vec<Line> {
 /// A job processed to completion (not answered from the manifest).
 struct Completion {
     media_id: String,
-    partition: i64,
-    at: String,
 }
 
 fn completions(logs: &[Vec<Line>]) -> Vec<Completion> {
@@ -410,8 +427,6 @@ fn completions(logs: &[Vec<Line>]) -> Vec<Completion> {
         })
         .map(|l| Completion {
             media_id: l.fields["media_id"].as_str().unwrap_or_default().to_owned(),
-            partition: l.fields["partition"].as_i64().unwrap_or(-1),
-            at: l.at.clone(),
         })
         .collect()
 }
@@ -419,11 +434,48 @@ fn completions(logs: &[Vec<Line>]) -> Vec<Completion> {
 /// (partition, from, to)
 type Span = (i64, String, String);
 
+/// Seconds from each `partition revoked` to the next `partition assigned` of that partition on
+/// any worker: how long a rebalance leaves the partition without a consumer.
+fn handovers(logs: &[Vec<Line>]) -> Vec<f64> {
+    let mut events: Vec<(&str, i64, bool)> = logs
+        .iter()
+        .flatten()
+        .filter_map(|l| {
+            let p = l.fields["partition"].as_i64()?;
+            match l.fields["message"].as_str()? {
+                "partition assigned" => Some((l.at.as_str(), p, true)),
+                "partition revoked" => Some((l.at.as_str(), p, false)),
+                _ => None,
+            }
+        })
+        .collect();
+    events.sort_unstable();
+    let secs = |at: &str| {
+        humantime::parse_rfc3339_weak(at)
+            .map(|t| {
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs_f64()
+            })
+            .unwrap_or_default()
+    };
+    let mut revoked: HashMap<i64, &str> = HashMap::new();
+    let mut out = Vec::new();
+    for (at, p, assigned) in events {
+        if !assigned {
+            revoked.insert(p, at);
+        } else if let Some(from) = revoked.remove(&p) {
+            out.push(secs(at) - secs(from));
+        }
+    }
+    out
+}
+
 /// Times when the broker had given a partition to two workers at once: for each partition, the
 /// overlaps of the workers' ownership (from `partition assigned` to `partition revoked`, or
 /// the worker's last line when it was killed). A correct group coordinator never does this (a
-/// partition moves only after its owner revoked it); some Kafka-API servers do when members join, and
-/// then both owners process the same messages until the old one rejoins.
+/// partition moves only after its owner revoked it); some Kafka-API servers do when members
+/// join, and then both owners process the same messages.
 fn double_ownership(logs: &[Vec<Line>]) -> Vec<Span> {
     let spans: Vec<Vec<Span>> = logs
         .iter()
@@ -467,54 +519,68 @@ fn double_ownership(logs: &[Vec<Line>]) -> Vec<Span> {
     both
 }
 
-/// a. kill -9 one worker mid-run; restart it 5 s later.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fleet_survives_kill_9_and_restart() {
-    let mut fleet = Fleet::under_load("kill9", 3, 0.3).await;
+/// kill -9 one worker mid-run; a replacement starts 5 s later. Repeats: at most the jobs the
+/// killed worker had in flight.
+async fn kill_9_a_worker(protocol: &'static str) {
+    let mut fleet = Fleet::under_load("kill9", protocol, 3, 0.3).await;
     fleet.kill9(0);
     // The fault: the worker stays down for 5 s.
-    std::thread::sleep(Duration::from_secs(5));
+    tokio::time::sleep(Duration::from_secs(5)).await;
     fleet.add_worker();
     fleet.finish().await;
 }
 
-/// b. Rolling restart: SIGTERM each worker in turn under load and start a new one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fleet_survives_a_rolling_restart() {
-    let mut fleet = Fleet::under_load("rolling", 3, 0.15).await;
+/// Rolling restart: SIGTERM each worker in turn under load and start a new one. Each drains
+/// what it holds before its partitions move: no request is answered twice.
+async fn rolling_restart(protocol: &'static str) {
+    let mut fleet = Fleet::under_load("rolling", protocol, 3, 0.15).await;
     for _ in 0..3 {
         fleet.stop(0);
         fleet.add_worker();
         fleet.workers.last().unwrap().wait_ready();
     }
+    fleet.no_repeats = true;
     fleet.finish().await;
 }
 
-/// c. The whole cluster restarts mid-run (each node's log keeps messages and offsets).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fleet_survives_a_broker_restart() {
-    let mut fleet = Fleet::under_load("broker", 3, 0.3).await;
+/// kill -9 the broker that leads most request partitions, under load: leaders (and perhaps the
+/// group coordinator) fail over to the other two nodes, which keep `min.insync.replicas`.
+async fn kill_9_the_leading_broker(protocol: &'static str) {
+    let mut fleet = Fleet::under_load("leader", protocol, 3, 0.3).await;
+    let leaders = fleet.stack.broker.leaders(&fleet.stack.request_topic);
+    let node = (1..=3)
+        .max_by_key(|n| leaders.iter().filter(|l| *l == n).count())
+        .unwrap();
     fleet.note_all_in_flight();
-    fleet.stack.broker.restart();
+    fleet.stack.broker.kill_node(node);
     fleet.finish().await;
 }
 
-/// d. The S3 server is down for 10 s mid-run.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fleet_survives_ten_seconds_without_s3() {
-    let mut fleet = Fleet::under_load("s3", 3, 0.3).await;
+/// One broker stopped (a controlled shutdown) for 30 s, then started again.
+async fn one_broker_down_30_s(protocol: &'static str) {
+    let mut fleet = Fleet::under_load("broker30", protocol, 3, 0.3).await;
+    fleet.note_all_in_flight();
+    fleet.stack.broker.stop_node(2);
+    // The fault: the node stays down for 30 s.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    fleet.stack.broker.start_node(2);
+    fleet.finish().await;
+}
+
+/// The S3 server is down for 20 s mid-run.
+async fn s3_down_20_s(protocol: &'static str) {
+    let mut fleet = Fleet::under_load("s3", protocol, 3, 0.3).await;
     fleet.note_all_in_flight();
     fleet.stack.s3.stop();
-    // The fault: S3 stays down for 10 s.
-    std::thread::sleep(Duration::from_secs(10));
+    // The fault: S3 stays down for 20 s.
+    tokio::time::sleep(Duration::from_secs(20)).await;
     fleet.stack.s3.restart();
     fleet.finish().await;
 }
 
-/// e. Scale 1 → 3 → 1 under load.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fleet_scales_from_one_to_three_and_back() {
-    let mut fleet = Fleet::under_load("scale", 1, 0.2).await;
+/// Scale 1 → 3 → 1 under load.
+async fn scale_1_3_1(protocol: &'static str) {
+    let mut fleet = Fleet::under_load("scale", protocol, 1, 0.2).await;
     fleet.add_worker();
     fleet.add_worker();
     for w in &fleet.workers {
@@ -525,3 +591,30 @@ async fn fleet_scales_from_one_to_three_and_back() {
     fleet.stop(1);
     fleet.finish().await;
 }
+
+/// Each scenario under both group protocols: `classic::...` and `consumer::...`.
+macro_rules! under_both_protocols {
+    ($($scenario:ident),* $(,)?) => {
+        mod classic {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                super::$scenario("classic").await
+            })*
+        }
+        mod consumer {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                super::$scenario("consumer").await
+            })*
+        }
+    };
+}
+
+under_both_protocols!(
+    kill_9_a_worker,
+    rolling_restart,
+    kill_9_the_leading_broker,
+    one_broker_down_30_s,
+    s3_down_20_s,
+    scale_1_3_1,
+);

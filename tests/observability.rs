@@ -4,12 +4,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use common::*;
 use media_worker::contract::Status;
-
-const MINUTE: Duration = Duration::from_secs(60);
 
 /// Every sample of the counters and gauges this test reads, keyed by the whole series name.
 fn samples(worker: &Worker) -> BTreeMap<String, f64> {

@@ -10,7 +10,6 @@ use std::time::Duration;
 use common::*;
 use media_worker::contract::Status;
 
-const MINUTE: Duration = Duration::from_secs(60);
 const MIB: u64 = 1 << 20;
 
 /// A small tmpfs of its own (the tests run as root, as CI does), unmounted on drop.

@@ -15,8 +15,6 @@ use common::*;
 use media_worker::contract::{ErrorCode, Status};
 use serde_json::Value;
 
-const MINUTE: Duration = Duration::from_secs(60);
-
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }

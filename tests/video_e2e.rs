@@ -9,8 +9,6 @@ use std::time::Duration;
 use common::*;
 use media_worker::contract::{MediaType, ProgressEvent, Status};
 
-const MINUTE: Duration = Duration::from_secs(60);
-
 /// Waits until the worker's job is transcoding and ffmpeg has reported progress.
 fn wait_transcoding(worker: &Worker) {
     wait_for("transcode under way", MINUTE, || {

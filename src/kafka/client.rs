@@ -3,7 +3,7 @@
 
 use rdkafka::ClientConfig;
 
-use crate::config::KafkaSettings;
+use crate::config::{GroupProtocol, KafkaSettings};
 
 /// Our defaults first, then every `[kafka.properties]` / `KAFKA_PROPERTY_*` entry, so an
 /// operator can override anything.
@@ -28,7 +28,12 @@ pub fn consumer_config(settings: &KafkaSettings) -> ClientConfig {
             ("enable.auto.commit", "false"),
             ("enable.auto.offset.store", "false"),
             ("auto.offset.reset", "earliest"),
-            ("partition.assignment.strategy", "cooperative-sticky"),
+            // Both protocols revoke incrementally: a rebalance takes from a member only the
+            // partitions that move (the drain on revoke, consumer.rs, relies on it).
+            match settings.group_protocol {
+                GroupProtocol::Classic => ("partition.assignment.strategy", "cooperative-sticky"),
+                GroupProtocol::Consumer => ("group.protocol", "consumer"),
+            },
             // Prefetch per partition (the consumer reads its partitions' queues only below
             // MAX_IN_FLIGHT, see consumer.rs): enough to keep the pool fed, small enough that
             // a deep backlog costs little memory.

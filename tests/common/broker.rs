@@ -104,25 +104,37 @@ impl Broker {
 
     /// Stops node `i` (1-based; SIGTERM, a controlled shutdown).
     pub fn stop_node(&self, i: usize) {
+        assert!(self.owned, "a shared node is not a test's to stop");
         kafka_sh(&["stop", &self.dir.display().to_string(), &i.to_string()]);
+    }
+
+    /// Kills node `i` with SIGKILL: a crash, no controlled shutdown.
+    pub fn kill_node(&self, i: usize) {
+        assert!(self.owned, "a shared node is not a test's to kill");
+        kafka_sh(&["kill", &self.dir.display().to_string(), &i.to_string()]);
+    }
+
+    /// The node leading each partition of `topic` (node ids are 1..=nodes).
+    pub fn leaders(&self, topic: &str) -> Vec<usize> {
+        let probe: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap())
+            .create()
+            .unwrap();
+        let m = probe
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .unwrap();
+        let mut parts: Vec<_> = m.topics()[0]
+            .partitions()
+            .iter()
+            .map(|p| (p.id(), p.leader() as usize))
+            .collect();
+        parts.sort_unstable();
+        parts.into_iter().map(|(_, leader)| leader).collect()
     }
 
     /// Starts node `i` again, on its ports and data.
     pub fn start_node(&self, i: usize) {
         kafka_sh(&["start", &self.dir.display().to_string(), &i.to_string()]);
-        self.wait_serving();
-    }
-
-    /// Every node stopped, then started again on the same ports and data.
-    pub fn restart(&mut self) {
-        for i in 1..=self.nodes {
-            self.stop_node(i);
-        }
-        let dir = self.dir.display().to_string();
-        let ids: Vec<String> = (1..=self.nodes).map(|i| i.to_string()).collect();
-        let mut args = vec!["start", dir.as_str()];
-        args.extend(ids.iter().map(String::as_str));
-        kafka_sh(&args);
         self.wait_serving();
     }
 

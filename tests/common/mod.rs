@@ -202,6 +202,9 @@ impl<'a> Waiting<'a> {
     }
 }
 
+/// The unit of the tests' time limits.
+pub const MINUTE: Duration = Duration::from_secs(60);
+
 /// Polls `f` every 50 ms until it returns Some, or panics after `timeout`. (For an async test
 /// on a current-thread runtime, see [`wait_until`].)
 pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
