@@ -182,6 +182,27 @@ impl Broker {
         });
     }
 
+    /// Every node's log so far (the broker's own account, e.g. of a group's rebalances).
+    pub fn log(&self) -> String {
+        (1..=self.nodes)
+            .map(|i| {
+                std::fs::read_to_string(self.dir.join(format!("node{i}/kafka.log")))
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
+    /// How many times the group coordinator rebalanced `group`, from its log: a new generation
+    /// (classic protocol) or a new group epoch (consumer protocol).
+    pub fn group_rebalances(&self, group: &str) -> usize {
+        let classic = format!("Preparing to rebalance group {group} ");
+        let consumer = format!("[GroupId {group}] Bumped group epoch");
+        self.log()
+            .lines()
+            .filter(|l| l.contains(&classic) || l.contains(&consumer))
+            .count()
+    }
+
     /// The node logs' ends, for a failing test.
     fn report(&self) {
         for i in 1..=self.nodes {
