@@ -29,11 +29,12 @@ demo: release
 test: setup-test lint deploy-check
 	cargo nextest run --features attack-probe --lib --bins --tests
 
-## Fleet delivery under faults: 3 worker processes, a 4-partition topic, 300 requests per
-## scenario (kill -9, rolling restart, broker restart, S3 down 10 s, scale 1 -> 3 -> 1). `make
+## Fleet delivery under faults: 3 worker processes, a 3-node Kafka cluster, a 4-partition topic,
+## 300 requests per scenario (kill -9 a worker, rolling restart, kill -9 the leading broker, a
+## broker down 30 s, S3 down 20 s, scale 1 -> 3 -> 1), each under both group protocols. `make
 ## test` runs the same scenarios with 60 requests each.
 test-fleet: setup-test
-	FLEET_REQUESTS=300 cargo test --test fleet -- --nocapture
+	FLEET_REQUESTS=300 cargo nextest run --profile fleet --features attack-probe --test fleet --no-capture
 
 ## The container and Kubernetes files: Dockerfile lint, every library the binary links provided
 ## by the runtime stage, every kustomization rendered and validated. The debug binary links the
