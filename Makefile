@@ -22,12 +22,14 @@ demo: release
 	RUST_LOG=warn target/release/media-worker demo $(DIR)
 
 ## Everything: formatting, lints, unit tests, and end-to-end tests against Apache Kafka + s3s-fs
-## (started by the test harness on free loopback ports: scripts/kafka.sh), under cargo-nextest: a process and a
-## time limit per test (.config/nextest.toml). Benchmarks are compiled by `lint`
-## (clippy --all-targets) and run by `make bench`. Tests are built with the test-only feature
-## `attack-probe` (tests/confinement.rs plays a compromised decoder with it).
+## (on free loopback ports: scripts/kafka.sh), under cargo-nextest: a process and a time limit
+## per test (.config/nextest.toml). The fleet scenarios run here under the default group
+## protocol (consumer); `make test-fleet` runs them under both. Benchmarks are compiled by
+## `lint` (clippy --all-targets) and run by `make bench`. Tests are built with the test-only
+## feature `attack-probe` (tests/confinement.rs plays a compromised decoder with it).
 test: setup-test lint deploy-check
-	cargo nextest run --features attack-probe --lib --bins --tests
+	cargo nextest run --features attack-probe --lib --bins --tests \
+		-E 'not (binary(fleet) and test(/^classic::/))'
 
 ## Fleet delivery under faults: 3 worker processes, a 3-node Kafka cluster, a 4-partition topic,
 ## 300 requests per scenario (kill -9 a worker, rolling restart, kill -9 the leading broker, a

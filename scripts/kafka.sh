@@ -7,6 +7,7 @@
 #   scripts/kafka.sh down DIR  kills that cluster and removes DIR (its data with it).
 #   scripts/kafka.sh stop DIR I / start DIR I [I...]   stops node I (1..N), or starts nodes.
 #   scripts/kafka.sh kill DIR I   kills node I with SIGKILL (a crash, not a shutdown).
+# KAFKA_BROKER_PROPERTIES (lines) is added to every node's server.properties.
 # With KAFKA_OWNER_PID set, `up` also takes the cluster down when that process ends. As a
 # nextest setup script (NEXTEST_ENV set), `up` names the cluster to the tests in
 # MEDIA_TEST_KAFKA_DIR and MEDIA_TEST_KAFKA_BOOTSTRAP, and nextest (its parent) owns it.
@@ -125,13 +126,14 @@ group.min.session.timeout.ms=1000
 group.consumer.min.session.timeout.ms=1000
 group.consumer.session.timeout.ms=6000
 group.consumer.min.heartbeat.interval.ms=500
-group.consumer.heartbeat.interval.ms=1000
+group.consumer.heartbeat.interval.ms=2000
 num.network.threads=2
 num.io.threads=2
 num.recovery.threads.per.data.dir=1
 background.threads=2
 log.segment.bytes=16777216
 log.retention.check.interval.ms=600000
+${KAFKA_BROKER_PROPERTIES:-}
 EOF
       java_run kafka.tools.StorageTool format -t "$cluster" -c "$DIR/node$i/server.properties" \
         >>"$DIR/node$i/kafka.log" 2>&1

@@ -122,7 +122,7 @@ async fn execute(command: Command, settings: Settings) -> anyhow::Result<u8> {
             let svc = job::services(Arc::new(settings), Arc::new(storage))?;
             Ok(match worker::run(svc, shutdown, None).await? {
                 worker::Exit::Drained => 0,
-                worker::Exit::Abandoned(_) => 1,
+                worker::Exit::Abandoned(_) | worker::Exit::ConsumerFailed => 1,
             })
         }
         Command::Demo { dir } => {

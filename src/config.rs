@@ -817,6 +817,18 @@ mod tests {
     }
 
     #[test]
+    fn the_consumer_protocol_refuses_the_classic_group_timings() {
+        let session = ("KAFKA_PROPERTY_SESSION_TIMEOUT_MS", "6000");
+        let e = Settings::load_from(None, env(&[session])).unwrap_err();
+        assert!(e.to_string().contains("session.timeout.ms"), "{e}");
+        let classic = ("KAFKA_GROUP_PROTOCOL", "classic");
+        let s = Settings::load_from(None, env(&[session, classic])).unwrap();
+        assert_eq!(s.kafka.group_protocol, GroupProtocol::Classic);
+        let chosen_twice = ("KAFKA_PROPERTY_GROUP_PROTOCOL", "consumer");
+        assert!(Settings::load_from(None, env(&[chosen_twice])).is_err());
+    }
+
+    #[test]
     fn defaults_load_and_env_overrides_apply() {
         let s = Settings::load_from(
             None,
@@ -824,7 +836,7 @@ mod tests {
                 ("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1234"),
                 ("WORKER_POOL_SIZE", "3"),
                 ("S3_FORCE_PATH_STYLE", "true"),
-                ("KAFKA_PROPERTY_SESSION_TIMEOUT_MS", "6000"),
+                ("KAFKA_PROPERTY_MAX_POLL_INTERVAL_MS", "6000"),
                 ("KAFKA_GROUP_ID", "12345"),
             ]),
         )
@@ -834,7 +846,10 @@ mod tests {
         assert_eq!(s.pool_size(), 3);
         assert_eq!(s.max_in_flight(), 6);
         assert!(s.storage.force_path_style);
-        assert_eq!(s.kafka.properties["session.timeout.ms"].to_string(), "6000");
+        assert_eq!(
+            s.kafka.properties["max.poll.interval.ms"].to_string(),
+            "6000"
+        );
         assert_eq!(s.profiles["default"].widths, vec![320, 640, 1280, 1920]);
         assert!(!s.profiles["variants"].analysis);
     }
@@ -863,7 +878,7 @@ mod tests {
         use figment::value::{Num, Value};
         match (key, value) {
             ("worker.isolation", _) => "inline".into(),
-            ("kafka.group_protocol", _) => "consumer".into(),
+            ("kafka.group_protocol", _) => "classic".into(),
             ("worker.sandbox_disable", _) => "seccomp".into(),
             ("http.addr", _) => "127.0.0.1:9999".into(),
             ("api.nice", _) => "5".into(),

@@ -813,6 +813,27 @@ async fn flow_control_pauses_at_the_in_flight_bound() {
     });
 }
 
+/// `KAFKA_GROUP_PROTOCOL=consumer` against a broker without the consumer group protocol (Kafka
+/// before 4.0, or one that turned it off): the worker says why and exits 1 rather than stay up
+/// consuming nothing; the request stays in its topic, uncommitted, for a worker set up right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumer_protocol_on_a_broker_without_it_stops_the_worker_with_a_reason() {
+    let broker = Broker::cluster_with(1, "group.coordinator.rebalance.protocols=classic");
+    let mut stack = Stack::on(broker, 1).await;
+    stack.group_protocol = "consumer".into();
+    stack.upload_corpus("imageio_chelsea.png").await;
+    stack.send(&request("kip848", "imageio_chelsea.png")).await;
+    let mut worker = Worker::spawn(&stack.worker_env("g-kip848"));
+    let status = worker.wait_exit(MINUTE);
+    assert_eq!(status.code(), Some(1), "{}", worker.log());
+    assert!(
+        worker.log().contains("consumer fatal error"),
+        "{}",
+        worker.log()
+    );
+    assert_eq!(stack.committed("g-kip848", 1), vec![-1]);
+}
+
 /// A partition taken from a paused worker and given back after it resumed is consumed again
 /// (librdkafka keeps a partition's pause flag while it is away; the worker sets it anew on
 /// every assignment). Found on Apache Kafka, where a broker failover moved partitions while

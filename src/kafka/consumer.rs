@@ -45,7 +45,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::flow::{Flow, Intake};
 use super::offsets::{OffsetToken, OffsetTracker, Tp};
-use crate::config::Settings;
+use crate::config::{GroupProtocol, Settings};
 use crate::telemetry::{Health, Metrics};
 
 /// The longest the loop sleeps without anything waking it (a safety net for missed wakes).
@@ -326,6 +326,7 @@ pub struct KafkaSource {
 
 struct LoopConfig {
     max_in_flight: usize,
+    group_protocol: GroupProtocol,
     commit_interval: Duration,
     /// Scratch space is one of the checks that gate intake (`Health::intake_blocker`).
     scratch_dir: std::path::PathBuf,
@@ -360,6 +361,7 @@ impl KafkaSource {
         let cmd_wake = cmd_tx.clone();
         let cfg = LoopConfig {
             max_in_flight: settings.max_in_flight().max(1),
+            group_protocol: settings.kafka.group_protocol,
             commit_interval: Duration::from_millis(settings.kafka.commit_interval_ms),
             scratch_dir: settings.worker.tmp_dir.clone(),
         };
@@ -479,6 +481,19 @@ fn poll_loop(
                 Some(Err(e)) => tracing::warn!(error = %e, "consumer error"),
                 None => {}
             }
+        }
+        // A fatal error (e.g. a broker without the consumer group protocol) leaves the consumer
+        // unable to do anything more: stop, so that the worker exits and says why, rather than
+        // stay up and consume nothing.
+        if let Some((code, reason)) = consumer.client().fatal_error() {
+            tracing::error!(
+                %code,
+                reason,
+                group_protocol = ?cfg.group_protocol,
+                "consumer fatal error; the consumer group protocol needs Apache Kafka 4.0 or \
+                 later (KAFKA_GROUP_PROTOCOL=classic works with every broker)"
+            );
+            break;
         }
         let turn = {
             let mut st = ctx.state.lock().unwrap();

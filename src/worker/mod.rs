@@ -26,6 +26,9 @@ pub enum Exit {
     Drained,
     /// Jobs were abandoned at the shutdown deadline (they will be redelivered).
     Abandoned(usize),
+    /// The consumer stopped by itself (a fatal error): the worker drained and exits so that it
+    /// is restarted, and the cause is in the log.
+    ConsumerFailed,
 }
 
 /// The Kafka side of a worker: the consumer, its deliveries and the message tasks' context.
@@ -108,6 +111,7 @@ pub async fn run(
     health.set_consuming(true);
 
     // Poll → spawn.
+    let mut consumer_failed = false;
     match (&intake, deliveries) {
         (Some(Intake { ctx, .. }), Some(mut deliveries)) => {
             tracing::info!(topic = %settings.kafka.request_topic, "consuming");
@@ -117,7 +121,11 @@ pub async fn run(
                     _ = shutdown.draining() => break,
                     d = deliveries.recv() => match d {
                         Some(d) => { tasks.spawn(task::handle(d, ctx.clone())); }
-                        None => { tracing::error!("consumer stopped"); break; }
+                        None => {
+                            tracing::error!("consumer stopped");
+                            consumer_failed = true;
+                            break;
+                        }
                     },
                 }
             }
@@ -146,7 +154,9 @@ pub async fn run(
     let drained = tokio::time::timeout_at((deadline - reserve).into(), all)
         .await
         .is_ok();
-    let exit = if drained {
+    let exit = if drained && consumer_failed {
+        Exit::ConsumerFailed
+    } else if drained {
         Exit::Drained
     } else {
         let left = svc.registry.len();

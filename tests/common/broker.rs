@@ -30,9 +30,15 @@ fn script() -> PathBuf {
 }
 
 fn kafka_sh(args: &[&str]) -> String {
+    kafka_sh_with(args, "")
+}
+
+/// `broker_properties`: lines added to every node's server.properties.
+fn kafka_sh_with(args: &[&str], broker_properties: &str) -> String {
     let out = Command::new(script())
         .args(args)
         .env("KAFKA_OWNER_PID", std::process::id().to_string())
+        .env("KAFKA_BROKER_PROPERTIES", broker_properties)
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("scripts/kafka.sh {args:?}: {e}"));
@@ -69,7 +75,12 @@ impl Broker {
 
     /// `nodes` combined controller+broker nodes, serving.
     pub fn cluster(nodes: usize) -> Broker {
-        let out = kafka_sh(&["up", &nodes.to_string()]);
+        Broker::cluster_with(nodes, "")
+    }
+
+    /// A cluster whose nodes have `broker_properties` (server.properties lines) besides ours.
+    pub fn cluster_with(nodes: usize, broker_properties: &str) -> Broker {
+        let out = kafka_sh_with(&["up", &nodes.to_string()], broker_properties);
         let value = |key: &str| {
             out.lines()
                 .find_map(|l| l.strip_prefix(key))

@@ -23,7 +23,7 @@ pub struct Stack {
     pub s3c: S3Client,
     pub request_topic: String,
     pub response_topic: String,
-    /// `KAFKA_GROUP_PROTOCOL` of the workers: `MEDIA_TEST_GROUP_PROTOCOL`, else classic.
+    /// `KAFKA_GROUP_PROTOCOL` of the workers: `MEDIA_TEST_GROUP_PROTOCOL`, else the default.
     pub group_protocol: String,
     ns: String,
 }
@@ -53,7 +53,7 @@ impl Stack {
             request_topic,
             response_topic,
             group_protocol: std::env::var("MEDIA_TEST_GROUP_PROTOCOL")
-                .unwrap_or_else(|_| "classic".into()),
+                .unwrap_or_else(|_| "consumer".into()),
             ns,
         }
     }
