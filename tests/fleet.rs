@@ -253,8 +253,15 @@ impl Fleet {
             (self.collector.succeeded() >= n).then_some(())
         });
         let all_done = self.started.elapsed();
-        for w in std::mem::take(&mut self.workers) {
-            self.retire(w);
+        // All drain at once (a scale-in to zero), each exits 0.
+        let mut last = std::mem::take(&mut self.workers);
+        for w in &mut last {
+            w.sigterm();
+        }
+        for mut w in last {
+            let status = w.wait_exit(Duration::from_secs(60));
+            assert!(status.success(), "a drained worker exits 0: {status}");
+            self.retired.push(w);
         }
         // The stopped workers flushed their producers: read up to the topic's end.
         let published = self.stack.response_count() as usize;
