@@ -53,6 +53,21 @@ fn slow_profile_config() -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, config)
 }
 
+/// The environment of a worker with the `slow` profile, one job slot and at most
+/// `max_in_flight` messages taken: it reaches its bound and pauses (flow control).
+fn bounded_slow_worker(
+    stack: &Stack,
+    group: &str,
+    max_in_flight: usize,
+) -> (tempfile::TempDir, std::collections::HashMap<String, String>) {
+    let (dir, config) = slow_profile_config();
+    let mut env = stack.worker_env(group);
+    env.insert("MEDIA_WORKER_CONFIG".into(), config.display().to_string());
+    env.insert("WORKER_POOL_SIZE".into(), "1".into());
+    env.insert("MAX_IN_FLIGHT".into(), max_in_flight.to_string());
+    (dir, env)
+}
+
 const PHOTOS: [&str; 20] = [
     "dlib_2007_007763.jpg",
     "dlib_2008_002470.jpg",
@@ -783,11 +798,7 @@ async fn media_time_limit_answers_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flow_control_pauses_at_the_in_flight_bound() {
     let stack = Stack::start(1).await;
-    let (_dir, config) = slow_profile_config();
-    let mut env = stack.worker_env("g-flow");
-    env.insert("MEDIA_WORKER_CONFIG".into(), config.display().to_string());
-    env.insert("WORKER_POOL_SIZE".into(), "1".into());
-    env.insert("MAX_IN_FLIGHT".into(), "2".into());
+    let (_dir, env) = bounded_slow_worker(&stack, "g-flow", 2);
     let worker = Worker::start(&env);
     worker.wait_ready();
     let responses = stack.responses();
@@ -841,11 +852,7 @@ async fn the_consumer_protocol_on_a_broker_without_it_stops_the_worker_with_a_re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_back_from_another_member_after_a_pause_is_consumed() {
     let stack = Stack::start(2).await;
-    let (_dir, config) = slow_profile_config();
-    let mut env = stack.worker_env("g-paused-away");
-    env.insert("MEDIA_WORKER_CONFIG".into(), config.display().to_string());
-    env.insert("WORKER_POOL_SIZE".into(), "1".into());
-    env.insert("MAX_IN_FLIGHT".into(), "1".into());
+    let (_dir, env) = bounded_slow_worker(&stack, "g-paused-away", 1);
     let a = Worker::start(&env);
     a.wait_ready();
     let responses = stack.responses();
