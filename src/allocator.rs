@@ -10,6 +10,8 @@
 //!
 //! `make bench`, default profile, pool 2, inline: peak RSS 421 MiB by default, 237 MiB with
 //! 2 arenas, 171 MiB with all three, at the same images/s.
+//!
+//! A sandbox job process lives for one job, so it is set the other way ([`tune_job_process`]).
 
 /// Sets the allocator up; called first thing in every process of ours (worker, sandbox child).
 pub fn tune() {
@@ -18,5 +20,20 @@ pub fn tune() {
         libc::mallopt(libc::M_ARENA_MAX, 2);
         libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 20);
+    }
+}
+
+/// A job process lives for one job and starts with an empty heap, where every fresh page costs
+/// a fault and zeroing: what it frees is kept for its next allocation instead of being
+/// returned (the whole process is gone at the job's end). One arena, so that two threads do
+/// not each keep their own. `make bench`, default profile, pool 2, process vs inline: +4.2 %
+/// CPU per image before, +0.9 % after; a job process's peak RSS 110 MiB before, 120 MiB after
+/// (140 MiB with 2 arenas).
+pub fn tune_job_process() {
+    // SAFETY: as above; the job process is single-threaded when it calls this.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
     }
 }

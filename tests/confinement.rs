@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::time::Duration;
 
@@ -73,6 +74,11 @@ async fn a_compromised_decoder_gets_nothing() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let own = listener.local_addr().unwrap();
+    // A daemon's UNIX socket that file permissions alone would let the job process reach.
+    let daemon = dir.path().join("daemon.sock");
+    let unix = UnixListener::bind(&daemon).unwrap();
+    unix.set_nonblocking(true).unwrap();
+    std::fs::set_permissions(&daemon, std::fs::Permissions::from_mode(0o777)).unwrap();
     let pid = worker.pid();
     let probes = serde_json::json!([
         {"read_environ": pid},
@@ -80,6 +86,7 @@ async fn a_compromised_decoder_gets_nothing() {
         {"read_file": other_job.join("source")},
         {"connect": s3},
         {"connect": own.to_string()},
+        {"connect_unix": daemon},
         {"create_file": created},
         {"exec": "/bin/sh"},
         {"ptrace": pid},
@@ -135,6 +142,7 @@ async fn a_compromised_decoder_gets_nothing() {
         "read_environ",
         "read_file",
         "connect",
+        "connect_unix",
         "create_file",
         "exec",
         "ptrace",
@@ -170,6 +178,11 @@ async fn a_compromised_decoder_gets_nothing() {
             let _ = s.read_to_string(&mut said);
             panic!("a connection from {from}: {said:?}");
         }
+        Err(e) => panic!("{e}"),
+    }
+    match unix.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        Ok(_) => panic!("a connection to the daemon's UNIX socket"),
         Err(e) => panic!("{e}"),
     }
     // The process it left behind (in a new process group, since setsid was refused) is gone.

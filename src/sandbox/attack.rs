@@ -30,6 +30,8 @@ pub enum Attack {
     CreateFile(PathBuf),
     /// TCP connect (the S3 endpoint).
     Connect(String),
+    /// Connect to a pathname UNIX socket that the job's uid may write (a daemon's).
+    ConnectUnix(PathBuf),
     /// Run a program (`/bin/sh -c 'echo pwned'`).
     Exec(PathBuf),
     /// ptrace-attach to a process (the worker).
@@ -70,6 +72,7 @@ pub fn perform(req: &Request, out: &mut impl Write) -> Option<Result<MediaOutput
                 std::fs::write(&p, "pwned").map(|_| "created".into()),
             ),
             Attack::Connect(addr) => got("connect", connect(&addr)),
+            Attack::ConnectUnix(path) => got("connect_unix", connect_unix(&path)),
             Attack::Exec(p) => got(
                 "exec",
                 run(std::process::Command::new(p).args(["-c", "echo pwned"])),
@@ -121,6 +124,12 @@ fn connect(addr: &str) -> std::io::Result<String> {
     let mut s = std::net::TcpStream::connect(addr)?;
     s.write_all(b"pwned\n")?;
     Ok(format!("connected to {addr}"))
+}
+
+fn connect_unix(path: &std::path::Path) -> std::io::Result<String> {
+    let mut s = std::os::unix::net::UnixStream::connect(path)?;
+    s.write_all(b"pwned\n")?;
+    Ok(format!("connected to {}", path.display()))
 }
 
 fn run(cmd: &mut std::process::Command) -> std::io::Result<String> {

@@ -47,6 +47,7 @@ impl Plan {
 /// The job process's life, from fork to exit.
 pub fn run(req: &Request, reply: OwnedFd, plan: &Plan) -> ! {
     let mut out = BufWriter::new(std::fs::File::from(setup_fds(reply)));
+    crate::allocator::tune_job_process();
     let result = match confine_self(req, plan) {
         Ok(()) => job(req, plan.memory_limit, &mut out),
         Err(e) => Err(Failure {

@@ -9,8 +9,8 @@
 //!   ffprobe only, read-write to the job's own output and temporary directories; no TCP bind or
 //!   connect (ABI 4); no signal to, and no abstract socket of, a process outside the job (ABI 6);
 //! - **seccomp** (`seccomp`): a deny-list of the calls a decoder never needs and an attacker
-//!   wants: sockets other than `AF_UNIX`, ptrace and cross-process memory, leaving the session,
-//!   namespaces, mounts, kernel modules, keyrings, BPF, io_uring.
+//!   wants: sockets of any family (socketpairs stay), ptrace and cross-process memory, leaving
+//!   the session, namespaces, mounts, kernel modules, keyrings, BPF, io_uring.
 //!
 //! None of these needs a privilege: they work in a pod with `runAsNonRoot`, every capability
 //! dropped and the RuntimeDefault seccomp profile. What this kernel supports is found once, at
@@ -224,15 +224,6 @@ pub fn seccomp_filters() -> io::Result<[BpfProgram; 2]> {
         .try_into()
         .map_err(|e: seccompiler::BackendError| err(e))?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|s| (*s, vec![])).collect();
-    let arg0 = |op, v: u64| -> io::Result<SeccompRule> {
-        let cond = SeccompCondition::new(0, SeccompCmpArgLen::Dword, op, v).map_err(err)?;
-        SeccompRule::new(vec![cond]).map_err(err)
-    };
-    // Pipes and socketpairs only: no network, whatever the family.
-    rules.insert(
-        libc::SYS_socket,
-        vec![arg0(SeccompCmpOp::Ne, libc::AF_UNIX as u64)?],
-    );
     // Threads and processes, but no new namespace.
     let namespaces = [
         libc::CLONE_NEWUSER,
@@ -274,6 +265,11 @@ pub fn seccomp_filters() -> io::Result<[BpfProgram; 2]> {
 
 /// Calls that fail with `EPERM` in a job process.
 const DENIED: &[i64] = &[
+    // Pipes and socketpairs only: no socket of any family. Not even `AF_UNIX`: Landlock does
+    // not govern connecting to a pathname UNIX socket, so any one the job's uid may write
+    // (a daemon's, a sidecar's) would be reachable; nothing a decoder does needs one (glibc's
+    // nscd look-up falls back to the files when `socket` fails).
+    libc::SYS_socket,
     libc::SYS_ptrace,
     libc::SYS_process_vm_readv,
     libc::SYS_process_vm_writev,
