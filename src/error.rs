@@ -22,6 +22,23 @@ pub enum JobError {
     Scan(#[from] ScanError),
     #[error("internal error: {0}")]
     Internal(String),
+    /// The scratch file system was at or near full when the job failed: whatever the library
+    /// said, the cause was this pod's (`scratch::Space::near_full`).
+    #[error("scratch space exhausted ({free} bytes free; the job needs about {needed}): {cause}")]
+    ScratchFull {
+        free: u64,
+        needed: u64,
+        cause: String,
+    },
+    /// The source and its expected outputs are larger than this pod's whole scratch.
+    #[error(
+        "the source ({source_bytes} bytes) and its outputs need about {need} bytes of scratch; this worker has {total}"
+    )]
+    ScratchTooSmall {
+        source_bytes: u64,
+        need: u64,
+        total: u64,
+    },
 }
 
 impl JobError {
@@ -58,7 +75,8 @@ impl JobError {
                 ScanError::TooLarge { .. } => ErrorCode::InputTooLarge,
                 ScanError::Input(_) | ScanError::NotConfigured => ErrorCode::Internal,
             },
-            Self::Internal(_) => ErrorCode::Internal,
+            Self::Internal(_) | Self::ScratchFull { .. } => ErrorCode::Internal,
+            Self::ScratchTooSmall { .. } => ErrorCode::LimitsExceeded,
         }
     }
 
@@ -84,6 +102,7 @@ impl JobError {
                 Self::Storage(StorageError::Scratch(_))
                     | Self::Scan(ScanError::Input(_) | ScanError::NotConfigured)
                     | Self::Internal(_)
+                    | Self::ScratchFull { .. }
             ),
         }
     }

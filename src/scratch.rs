@@ -86,18 +86,207 @@ pub fn sweep(root: &Path) -> io::Result<usize> {
 
 /// Free bytes on the scratch file system.
 pub fn free_bytes(root: &Path) -> Option<u64> {
-    let c = std::ffi::CString::new(root.as_os_str().as_encoded_bytes()).ok()?;
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: valid NUL-terminated path and a zeroed out-struct.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return None;
+    Space::of(root).map(|s| s.free)
+}
+
+/// The scratch file system's state, as `statvfs` gives it (what an unprivileged writer may use).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Space {
+    pub total: u64,
+    pub free: u64,
+    pub free_inodes: u64,
+}
+
+/// Below this many free inodes the file system is full whatever its bytes say.
+const MIN_FREE_INODES: u64 = 64;
+
+impl Space {
+    pub fn of(root: &Path) -> Option<Space> {
+        let c = std::ffi::CString::new(root.as_os_str().as_encoded_bytes()).ok()?;
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: valid NUL-terminated path and a zeroed out-struct.
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+            return None;
+        }
+        let unit = st.f_frsize as u64;
+        Some(Space {
+            total: st.f_blocks as u64 * unit,
+            free: st.f_bavail as u64 * unit,
+            free_inodes: st.f_favail as u64,
+        })
     }
-    Some(st.f_bavail as u64 * st.f_frsize as u64)
+
+    /// At or near full: less free than `min_free`, than 2 % of its size or than 1 MiB, or
+    /// almost no inode left. A job's native work, download or upload that failed with the
+    /// file system in this state failed for the pod's reason, whatever words its library used.
+    pub fn near_full(&self, min_free: u64) -> bool {
+        let floor = min_free.max(self.total / 50).max(1 << 20);
+        self.free < floor || self.free_inodes < MIN_FREE_INODES
+    }
+}
+
+/// What a job is expected to need in scratch: its source and outputs up to as much again
+/// (resized variants and renditions are smaller than their source; the factor leaves room for
+/// temporary files).
+pub fn expected_need(source_bytes: u64) -> u64 {
+    source_bytes.saturating_mul(2)
+}
+
+/// Bytes under `dir` (a job's scratch), counted as they are allocated on disk.
+pub fn used_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => used_bytes(&e.path()),
+            Ok(m) => m.blocks() * 512,
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Admission by need: a job reserves the scratch it expects to use before it starts, so that
+/// jobs that would fill the disk together run one after the other instead of failing together.
+/// A reservation fits when the free space, less what the other reservations may still write,
+/// holds it; the space the running jobs already wrote counts against them twice, which errs on
+/// the side of waiting.
+#[derive(Debug)]
+pub struct Admission {
+    root: PathBuf,
+    reserved: std::sync::Mutex<u64>,
+    released: tokio::sync::Notify,
+}
+
+/// Reserved scratch, given back when dropped.
+#[derive(Debug)]
+pub struct Reservation {
+    admission: std::sync::Arc<Admission>,
+    bytes: u64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        *self.admission.reserved.lock().unwrap() -= self.bytes;
+        self.admission.released.notify_waiters();
+    }
+}
+
+/// How often a waiting job looks at the file system again (space freed by something else than
+/// a job of this worker, or a volume that grew).
+const SPACE_RECHECK: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl Admission {
+    pub fn new(root: &Path) -> Admission {
+        Admission {
+            root: root.to_owned(),
+            reserved: std::sync::Mutex::new(0),
+            released: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Whether a job that needs `need` bytes could ever run here.
+    pub fn could_fit(&self, need: u64) -> bool {
+        Space::of(&self.root).is_none_or(|s| need <= s.total)
+    }
+
+    /// Takes `need` bytes now if they fit; `Err(free)` otherwise (what is free for it).
+    pub fn try_reserve(self: &std::sync::Arc<Self>, need: u64) -> Result<Reservation, u64> {
+        let mut reserved = self.reserved.lock().unwrap();
+        let free = Space::of(&self.root).map_or(u64::MAX, |s| s.free);
+        let available = free.saturating_sub(*reserved);
+        // Alone, a job takes what there is: nothing else of ours holds space.
+        if need <= available || (*reserved == 0 && need <= free) {
+            *reserved += need;
+            return Ok(Reservation {
+                admission: self.clone(),
+                bytes: need,
+            });
+        }
+        Err(available)
+    }
+
+    /// Waits until `need` bytes fit, then takes them. `on_wait` hears, once, that it waits
+    /// and whether anything of ours holds space (if nothing does, only a larger or emptier
+    /// volume lets it run: the pod cannot serve it now).
+    pub async fn reserve(
+        self: &std::sync::Arc<Self>,
+        need: u64,
+        mut on_wait: impl FnMut(bool),
+    ) -> Reservation {
+        let mut told = false;
+        loop {
+            let released = self.released.notified();
+            match self.try_reserve(need) {
+                Ok(r) => return r,
+                Err(_) if !told => {
+                    told = true;
+                    on_wait(*self.reserved.lock().unwrap() > 0);
+                }
+                Err(_) => {}
+            }
+            tokio::select! {
+                _ = released => {}
+                _ = tokio::time::sleep(SPACE_RECHECK) => {}
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn near_full_by_bytes_share_floor_or_inodes() {
+        let space = |free, free_inodes| Space {
+            total: 1000 << 20,
+            free,
+            free_inodes,
+        };
+        // 2 % of 1000 MiB is 20 MiB.
+        assert!(space(19 << 20, 1000).near_full(0));
+        assert!(!space(21 << 20, 1000).near_full(0));
+        // An operator's floor above that.
+        assert!(space(21 << 20, 1000).near_full(30 << 20));
+        // Bytes to spare, but no inode.
+        assert!(space(500 << 20, 10).near_full(0));
+        // A small volume still has its 1 MiB floor.
+        let tiny = Space {
+            total: 10 << 20,
+            free: 900 << 10,
+            free_inodes: 1000,
+        };
+        assert!(tiny.near_full(0));
+    }
+
+    #[tokio::test]
+    async fn reservations_take_turns_for_the_space() {
+        let root = tempfile::tempdir().unwrap();
+        let adm = std::sync::Arc::new(Admission::new(root.path()));
+        let free = Space::of(root.path()).unwrap().free;
+        let first = adm.try_reserve(free / 2 + 1).expect("alone, it fits");
+        // A second that would not fit beside the first waits for it.
+        assert!(adm.try_reserve(free / 2 + 1).is_err());
+        let waiter = {
+            let adm = adm.clone();
+            tokio::spawn(async move {
+                let mut waited = None;
+                let r = adm
+                    .reserve(free / 2 + 1, |others| waited = Some(others))
+                    .await;
+                (r.bytes, waited)
+            })
+        };
+        tokio::task::yield_now().await;
+        drop(first);
+        let (bytes, waited) = waiter.await.unwrap();
+        assert_eq!(bytes, free / 2 + 1);
+        assert_eq!(waited, Some(true), "it waited, for another job");
+        assert!(adm.could_fit(free) && !adm.could_fit(u64::MAX));
+    }
 
     #[test]
     fn removed_on_drop_and_on_panic() {

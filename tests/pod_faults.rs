@@ -187,3 +187,171 @@ async fn responses_too_large_for_the_broker_keep_the_partition_moving() {
         (stack.committed("g-large", 1) == vec![names.len() as i64]).then_some(())
     });
 }
+
+/// Runs a generator whose last argument is the output, in `dir`.
+fn generated(dir: &Path, name: &str, make: &mut Command) -> PathBuf {
+    let out = dir.join(name);
+    let status = make.arg(&out).status().expect("generator");
+    assert!(status.success(), "cannot make {name}");
+    out
+}
+
+/// The worker env on a scratch volume of its own, readiness floor 1 MiB, pool 2.
+fn on_scratch(stack: &Stack, group: &str, scratch: &Tmpfs) -> Worker {
+    let mut env = stack.worker_env(group);
+    env.insert(
+        "TMP_DIR".into(),
+        scratch.path().join("jobs").display().to_string(),
+    );
+    env.insert("MIN_SCRATCH_FREE_BYTES".into(), MIB.to_string());
+    env.insert("WORKER_POOL_SIZE".into(), "2".into());
+    let worker = Worker::start(&env);
+    worker.wait_ready();
+    worker
+}
+
+/// Six valid photos of about 5 MB on a 24 MiB scratch, pool 2: taken in together (four held in
+/// flight), they would fill it, and libjpeg's "Output file write error" used to answer them
+/// `transform_failed`. Admitted by need, none fails and all complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn photos_that_would_fill_the_scratch_together_all_complete() {
+    let scratch = Tmpfs::mount(24);
+    let stack = Stack::start(1).await;
+    let worker = on_scratch(&stack, "g-fill", &scratch);
+    let dir = tempfile::tempdir().unwrap();
+    let photo = dir.path().join("large.jpg");
+    let made = Command::new("vips")
+        .arg("resize")
+        .arg(corpus("imageio_meadow_cube.jpg"))
+        .arg(format!("{}[Q=95]", photo.display()))
+        .arg("0.8")
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let size = std::fs::metadata(&photo).unwrap().len();
+    assert!((3 * MIB..8 * MIB).contains(&size), "{size} bytes");
+    let responses = stack.responses();
+    for i in 0..6 {
+        stack.upload_file(&format!("large-{i}.jpg"), &photo).await;
+        stack
+            .send(&request(&format!("large-{i}"), &format!("large-{i}.jpg")))
+            .await;
+    }
+    for r in responses.take(6, 3 * MINUTE) {
+        assert_eq!(r.body.status, Status::Completed, "{:?}", r.body.error);
+    }
+    wait_for("offsets committed", MINUTE, || {
+        (stack.committed("g-fill", 1) == vec![6]).then_some(())
+    });
+    assert!(worker.log().contains("waiting for scratch space"));
+}
+
+/// A video whose renditions are larger than its source (noise, encoded small) fills a 4 MiB
+/// scratch: ffmpeg's write error is the pod's fault, not the input's. The job is retried, then
+/// held (the pod not ready for `scratch`) while the space it needs is not there; once the
+/// volume grows it completes and its offset is committed. Nothing is answered before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rendition_that_fills_the_scratch_holds_its_job_until_there_is_room() {
+    let scratch = Tmpfs::mount(4);
+    let stack = Stack::start(1).await;
+    let worker = on_scratch(&stack, "g-video-fill", &scratch);
+    let dir = tempfile::tempdir().unwrap();
+    let noise = generated(
+        dir.path(),
+        "noise.mp4",
+        Command::new("ffmpeg").args([
+            "-v",
+            "error",
+            "-y",
+            "-f",
+            "lavfi",
+            "-i",
+            "nullsrc=s=1280x720:r=25:d=4,geq=lum='random(1)*255':cb=128:cr=128,format=yuv420p",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-crf",
+            "51",
+        ]),
+    );
+    stack.upload_file("noise.mp4", &noise).await;
+    let responses = stack.responses();
+    stack.send(&request("noise", "noise.mp4")).await;
+
+    let (_, ready) = wait_for("not ready for scratch", 2 * MINUTE, || {
+        readiness(&worker).filter(|(status, _)| *status == 503)
+    });
+    assert_eq!(ready["scratch"], false, "{ready}");
+    wait_for("the job held", MINUTE, || {
+        worker
+            .jobs()
+            .iter()
+            .any(|j| j["phase"] == "held")
+            .then_some(())
+    });
+    assert!(
+        responses.next(Duration::from_millis(0)).is_none(),
+        "answered while the scratch was full"
+    );
+    assert!(
+        worker
+            .log()
+            .contains("failed with the scratch file system full"),
+        "the full disk was not recognised"
+    );
+
+    let grown = Command::new("mount")
+        .args(["-o", "remount,size=256m"])
+        .arg(scratch.path())
+        .status()
+        .unwrap();
+    assert!(grown.success());
+    let got = responses.take(1, 2 * MINUTE);
+    assert_eq!(
+        got[0].body.status,
+        Status::Completed,
+        "{:?}",
+        got[0].body.error
+    );
+    assert!(got[0].body.attempts >= 2, "{:?}", got[0].body.attempts);
+    wait_for("offset committed", MINUTE, || {
+        (stack.committed("g-video-fill", 1) == vec![1]).then_some(())
+    });
+    wait_for("ready again", MINUTE, || {
+        readiness(&worker).filter(|(status, _)| *status == 200)
+    });
+}
+
+/// A source that with its outputs could never fit this pod's scratch is the request's
+/// failure: answered `limits_exceeded` with the reason, before any byte is downloaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_larger_than_the_scratch_is_refused_without_a_download() {
+    let scratch = Tmpfs::mount(8);
+    let stack = Stack::start(1).await;
+    let worker = on_scratch(&stack, "g-too-big", &scratch);
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.jpg");
+    let mut bytes = std::fs::read(corpus("imageio_meadow_cube.jpg")).unwrap();
+    bytes.resize(10 * MIB as usize, 0);
+    std::fs::write(&big, bytes).unwrap();
+    stack.upload_file("big.jpg", &big).await;
+    let responses = stack.responses();
+    stack.send(&request("big", "big.jpg")).await;
+    let got = responses.take(1, MINUTE);
+    let error = got[0].body.error.as_ref().expect("failed");
+    assert_eq!(
+        error.code,
+        media_worker::contract::ErrorCode::LimitsExceeded,
+        "{error:?}"
+    );
+    assert!(
+        error.message.contains("bytes of scratch"),
+        "{}",
+        error.message
+    );
+    assert_eq!(
+        worker.metric("media_worker_downloaded_bytes_total"),
+        Some(0.0)
+    );
+}

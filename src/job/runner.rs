@@ -16,7 +16,7 @@ use crate::media::sniff::{self, Sniffed};
 use crate::media::{Event, MediaError, Role};
 use crate::retry;
 use crate::sandbox::{Executor, Work};
-use crate::scratch::ScratchDir;
+use crate::scratch::{self, ScratchDir};
 use crate::shutdown::Shutdown;
 use crate::stages::manifest::{self, Manifest};
 use crate::stages::resume::{self, Landed};
@@ -142,15 +142,22 @@ impl JobRunner {
         let max_attempts = settings.worker.retry_count + 1;
         // `attempt` counts every attempt (reported); `tries` those since the pod was last well.
         let (mut attempt, mut tries) = (0, 0);
+        // The scratch the job needs, once an attempt met a full disk (more than it expected).
+        let mut needs = 0;
         let ending = loop {
             attempt += 1;
             tries += 1;
             job.attempt(attempt);
             let span = tracing::info_span!("media.process_job", job.attempt = attempt);
             let result = self
-                .attempt(req, job, &cancel.child_token())
+                .attempt(req, job, &cancel.child_token(), needs)
                 .instrument(span)
                 .await;
+            if let Err((f, _)) = &result
+                && let JobError::ScratchFull { needed, .. } = f.error
+            {
+                needs = needed;
+            }
             match result {
                 Ok(done) => break Ending::Done(done),
                 // Nobody waits for the answer any more.
@@ -220,17 +227,114 @@ impl JobRunner {
         svc.health.intake_blocker(&svc.settings.worker.tmp_dir)
     }
 
-    /// One attempt, in its own scratch directory (removed when this returns or is dropped).
-    /// `cancel` stops it: the transfers at once, the native work killed and reaped.
+    /// One attempt, in its own scratch directory (removed when this returns or is dropped),
+    /// once its scratch is reserved (at least `needs` bytes). `cancel` stops it: the transfers
+    /// at once, the native work killed and reaped. A failure with the scratch file system at
+    /// or near full is this pod's, whatever the stage said ([`JobRunner::by_pod_state`]).
     async fn attempt(
         &self,
         req: &OptimizeRequest,
         job: &JobHandle,
         cancel: &CancellationToken,
+        needs: u64,
     ) -> Result<Done, (Failure, Partial)> {
         let svc = &self.svc;
+        let (_reservation, need) = self
+            .admit(req, job, cancel, needs)
+            .await
+            .map_err(|f| (f, Partial::default()))?;
         let scratch = ScratchDir::create(&svc.settings.worker.tmp_dir, job.id())
             .map_err(|e| (Failure::at(Stage::Download)(e), Partial::default()))?;
+        let r = self.attempt_in(req, job, cancel, &scratch).await;
+        r.map_err(|(f, partial)| (self.by_pod_state(f, &scratch, need), partial))
+    }
+
+    /// Admission by need, before anything is downloaded: the source's size from a HEAD request,
+    /// what the job is expected to need ([`scratch::expected_need`], or `needs` when an earlier
+    /// attempt found it needed more), reserved against the free scratch; the job waits while
+    /// it does not fit. A source that with its outputs is larger than the whole scratch is the
+    /// request's failure (`limits_exceeded`). Without a HEAD answer, no reservation: the
+    /// download reports the source's fault or the store's.
+    async fn admit(
+        &self,
+        req: &OptimizeRequest,
+        job: &JobHandle,
+        cancel: &CancellationToken,
+        needs: u64,
+    ) -> Result<(Option<scratch::Reservation>, u64), Failure> {
+        let svc = &self.svc;
+        let size = match svc.storage.head(&req.source).await {
+            Ok(head) if head.size_bytes <= svc.settings.limits.max_input_bytes => head.size_bytes,
+            _ => return Ok((None, needs)),
+        };
+        let expected = scratch::expected_need(size);
+        if !svc.admission.could_fit(expected) {
+            let total = scratch::Space::of(&svc.settings.worker.tmp_dir).map_or(0, |s| s.total);
+            return Err(Failure::at(Stage::Download)(JobError::ScratchTooSmall {
+                source_bytes: size,
+                need: expected,
+                total,
+            }));
+        }
+        let need = expected.max(needs);
+        let reserve = svc.admission.reserve(need, |others| {
+            // With nothing of ours holding space, only a larger or emptier volume lets it run:
+            // the pod steps aside meanwhile.
+            if !others {
+                svc.health.want_scratch(need);
+            }
+            job.phase(if others { Phase::Queued } else { Phase::Held });
+            tracing::warn!(job = job.id(), need, others, "waiting for scratch space");
+        });
+        let reservation =
+            or_cancelled(cancel, Stage::Download, async { Ok(reserve.await) }).await?;
+        Ok((Some(reservation), need))
+    }
+
+    /// A failure met with the scratch file system at or near full is the pod's, not the
+    /// input's, whatever words the library used (libjpeg's "Output file write error", ffmpeg's
+    /// "No space left", a short download): retried, and while the space is not back the pod
+    /// steps aside and the job is held. What the job is known to need (what it expected, and
+    /// more than it had written when it failed) must be free before it runs again.
+    fn by_pod_state(&self, failure: Failure, scratch: &ScratchDir, need: u64) -> Failure {
+        let settings = &self.svc.settings.worker;
+        let verdict = matches!(
+            failure.error,
+            JobError::InvalidRequest(_) | JobError::Malware(_) | JobError::ScratchTooSmall { .. }
+        );
+        let dependency = failure.error.is_transient() && !failure.error.is_local();
+        if verdict || dependency || matches!(failure.error, JobError::ScratchFull { .. }) {
+            return failure;
+        }
+        let Some(space) = scratch::Space::of(&settings.tmp_dir) else {
+            return failure;
+        };
+        if !space.near_full(settings.min_scratch_free_bytes) {
+            return failure;
+        }
+        let needed = need.max(scratch::used_bytes(scratch.path()).saturating_mul(2));
+        self.svc.health.want_scratch(needed);
+        tracing::warn!(stage = failure.stage.as_str(), error = %failure.error, free = space.free,
+            needed, "failed with the scratch file system full: a fault of this pod");
+        Failure {
+            stage: failure.stage,
+            error: JobError::ScratchFull {
+                free: space.free,
+                needed,
+                cause: failure.error.to_string(),
+            },
+        }
+    }
+
+    /// The stages of one attempt, in `scratch`.
+    async fn attempt_in(
+        &self,
+        req: &OptimizeRequest,
+        job: &JobHandle,
+        cancel: &CancellationToken,
+        scratch: &ScratchDir,
+    ) -> Result<Done, (Failure, Partial)> {
+        let svc = &self.svc;
 
         let source_path = scratch.source();
         let download = download::run(
@@ -339,11 +443,9 @@ impl JobRunner {
             }
             Ok::<_, crate::storage::StorageError>(done)
         });
-        let done = or_cancelled(cancel, Stage::Upload, upload)
+        or_cancelled(cancel, Stage::Upload, upload)
             .await
-            .map_err(|f| (f, partial(&scan)))?;
-        drop(scratch);
-        Ok(done)
+            .map_err(|f| (f, partial(&scan)))
     }
 
     /// For a video source with an ETag: the renditions an earlier attempt uploaded for it and

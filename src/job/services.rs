@@ -28,6 +28,8 @@ pub struct Services {
     pub scanner: Option<Arc<Scanner>>,
     /// The job API's tokens, when `API_TOKENS_FILE` is set (also what `/jobs` shows).
     pub tokens: Option<Arc<crate::access::Tokens>>,
+    /// Scratch reserved by the jobs running (admission by need, shared by Kafka and API jobs).
+    pub admission: Arc<scratch::Admission>,
 }
 
 pub fn worker_info(settings: &Settings) -> WorkerInfo {
@@ -65,6 +67,7 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
         None => None,
     };
     Ok(Services {
+        admission: Arc::new(scratch::Admission::new(&settings.worker.tmp_dir)),
         scanner,
         tokens,
         worker: worker_info(&settings),

@@ -69,7 +69,7 @@ pub async fn lookup(
     if req.force {
         return None;
     }
-    let etag = storage.etag(&req.source).await.ok()??;
+    let etag = storage.head(&req.source).await.ok()?.etag?;
     // The type is only known after a download: a hint says where to look first.
     let kinds = match req.media_type {
         Some(MediaType::Video) => [MediaType::Video, MediaType::Image],

@@ -41,6 +41,13 @@ impl From<std::io::Error> for StorageError {
     }
 }
 
+/// What a HEAD request tells of an object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub size_bytes: u64,
+    pub etag: Option<String>,
+}
+
 #[async_trait]
 pub trait Storage: Send + Sync {
     /// Streams `src` to the file `dest` (never holding it whole in memory). Fails with
@@ -61,8 +68,8 @@ pub trait Storage: Send + Sync {
         meta: &ObjectMeta<'_>,
     ) -> Result<(), StorageError>;
 
-    /// The object's current ETag (a HEAD request), `None` when the store gives none.
-    async fn etag(&self, src: &SourceRef) -> Result<Option<String>, StorageError>;
+    /// The object's size and current ETag (a HEAD request; `None` when the store gives none).
+    async fn head(&self, src: &SourceRef) -> Result<Head, StorageError>;
 
     /// A small object, whole (at most `max_bytes`).
     async fn read(&self, src: &SourceRef, max_bytes: u64) -> Result<Vec<u8>, StorageError>;

@@ -5,7 +5,7 @@ use std::path::{Component, Path, PathBuf};
 
 use async_trait::async_trait;
 
-use super::interface::{ObjectMeta, SourceObject, Storage, StorageError};
+use super::interface::{Head, ObjectMeta, SourceObject, Storage, StorageError};
 use crate::contract::SourceRef;
 
 pub struct LocalStorage {
@@ -120,8 +120,12 @@ impl Storage for LocalStorage {
         })
     }
 
-    async fn etag(&self, src: &SourceRef) -> Result<Option<String>, StorageError> {
-        Ok(Some(etag_of(&self.object(src, u64::MAX).await?.1)))
+    async fn head(&self, src: &SourceRef) -> Result<Head, StorageError> {
+        let meta = self.object(src, u64::MAX).await?.1;
+        Ok(Head {
+            size_bytes: meta.len(),
+            etag: Some(etag_of(&meta)),
+        })
     }
 
     async fn read(&self, src: &SourceRef, max_bytes: u64) -> Result<Vec<u8>, StorageError> {

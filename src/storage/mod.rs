@@ -5,6 +5,6 @@ mod interface;
 mod local;
 mod s3;
 
-pub use interface::{ObjectMeta, SourceObject, Storage, StorageError};
+pub use interface::{Head, ObjectMeta, SourceObject, Storage, StorageError};
 pub use local::LocalStorage;
 pub use s3::S3Storage;

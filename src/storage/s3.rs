@@ -14,7 +14,7 @@ use aws_sdk_s3::primitives::{ByteStream, Length};
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use tokio::io::AsyncWriteExt;
 
-use super::interface::{ObjectMeta, SourceObject, Storage, StorageError};
+use super::interface::{Head, ObjectMeta, SourceObject, Storage, StorageError};
 use crate::config::StorageSettings;
 use crate::contract::SourceRef;
 
@@ -248,7 +248,7 @@ impl S3Storage {
 
 #[async_trait]
 impl Storage for S3Storage {
-    async fn etag(&self, src: &SourceRef) -> Result<Option<String>, StorageError> {
+    async fn head(&self, src: &SourceRef) -> Result<Head, StorageError> {
         let head = self
             .client
             .head_object()
@@ -257,7 +257,10 @@ impl Storage for S3Storage {
             .send()
             .await
             .map_err(|e| classify_read(e, src))?;
-        Ok(head.e_tag().map(str::to_owned))
+        Ok(Head {
+            size_bytes: head.content_length().unwrap_or(0).max(0) as u64,
+            etag: head.e_tag().map(str::to_owned),
+        })
     }
 
     async fn read(&self, src: &SourceRef, max_bytes: u64) -> Result<Vec<u8>, StorageError> {

@@ -25,6 +25,8 @@ pub struct Health {
     commit_failures: AtomicU32,
     blocked_publishes: AtomicU32,
     min_scratch_free: AtomicU64,
+    /// What a job that met a full scratch needs free before the pod takes work again (0: none).
+    scratch_wanted: AtomicU64,
 }
 
 /// The answer of `/health/ready`.
@@ -37,7 +39,8 @@ pub struct Readiness {
     pub broker: bool,
     /// The last probe of the output bucket succeeded.
     pub storage: bool,
-    /// Free scratch space is above `worker.min_scratch_free_bytes`.
+    /// Free scratch space is above `worker.min_scratch_free_bytes`, and above what a job held
+    /// for a full scratch needs.
     pub scratch: bool,
     pub scratch_free_bytes: Option<u64>,
     /// Fewer than `MAX_COMMIT_FAILURES` offset commits failed in a row.
@@ -57,6 +60,7 @@ impl Health {
             commit_failures: AtomicU32::new(0),
             blocked_publishes: AtomicU32::new(0),
             min_scratch_free: AtomicU64::new(min_scratch_free_bytes),
+            scratch_wanted: AtomicU64::new(0),
         }
     }
 
@@ -107,14 +111,30 @@ impl Health {
         }
     }
 
+    /// A job met a full scratch, or cannot be admitted with nothing else running: the pod is
+    /// not ready until `bytes` are free (then the mark clears itself).
+    pub fn want_scratch(&self, bytes: u64) {
+        self.scratch_wanted.fetch_max(bytes, Ordering::Relaxed);
+    }
+
     pub fn readiness(&self, scratch_dir: &Path) -> Readiness {
         let free = crate::scratch::free_bytes(scratch_dir);
+        let wanted = self.scratch_wanted.load(Ordering::Relaxed);
+        if wanted > 0 && free.is_none_or(|f| f >= wanted) {
+            let _ = self.scratch_wanted.compare_exchange(
+                wanted,
+                0,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+        let floor = self.min_scratch_free.load(Ordering::Relaxed).max(wanted);
         let r = Readiness {
             ready: false,
             consuming: self.consuming.load(Ordering::Relaxed),
             broker: self.broker_up.load(Ordering::Relaxed),
             storage: self.storage_ok.load(Ordering::Relaxed),
-            scratch: free.is_none_or(|f| f >= self.min_scratch_free.load(Ordering::Relaxed)),
+            scratch: free.is_none_or(|f| f >= floor),
             scratch_free_bytes: free,
             commits: self.commit_failures.load(Ordering::Relaxed) < MAX_COMMIT_FAILURES,
             publishing: self.blocked_publishes.load(Ordering::Relaxed) == 0,

@@ -29,7 +29,8 @@ pub enum Phase {
     Queued,
     Running,
     Backoff,
-    /// Out of attempts while the pod is sick: waiting for it to be well (see `job::runner`).
+    /// Out of attempts while the pod is sick, or waiting for scratch space that no job of ours
+    /// holds: waiting for the pod to be well (see `job::runner`).
     Held,
 }
 
