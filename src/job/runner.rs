@@ -356,7 +356,7 @@ impl JobRunner {
         // Scan → nothing decodes a source that clamd has not passed.
         let profile = manifest::profile_of(req);
         let scan = if svc.settings.profiles[profile].scan {
-            let scanning = self.timed(job, Stage::Scan, req.media_type, self.scan(&scratch));
+            let scanning = self.timed(job, Stage::Scan, req.media_type, self.scan(scratch));
             let verdict = or_cancelled(cancel, Stage::Scan, scanning)
                 .await
                 .map_err(|f| (f, partial(&None)))?;
@@ -372,7 +372,7 @@ impl JobRunner {
         // probe → analyze → transform: native code behind the one narrow function
         // `media::process`, in a sandbox child (or inline, see `sandbox::Executor`).
         // A video resumes what an earlier attempt uploaded (see `stages::resume`).
-        let landed = self.landed(req, &source, &scratch).await;
+        let landed = self.landed(req, &source, scratch).await;
         let mut media_job = svc.settings.media_job(profile, req.media_type);
         if let Some(l) = landed.as_ref().filter(|l| !l.renditions.is_empty()) {
             media_job.resume = l.heights();
@@ -382,7 +382,7 @@ impl JobRunner {
         // MEDIA_TIMEOUT_SECS, or what the media code announces once it knows (a video's limit
         // follows its duration).
         let limit = Duration::from_secs(svc.settings.worker.media_timeout_secs);
-        let work = Work::new(media_job, &scratch, limit);
+        let work = Work::new(media_job, scratch, limit);
         // A pool permit is one core: held for the native work only, so downloads and uploads
         // overlap other jobs' CPU work (their number is bounded by the consumer's in-flight cap).
         // The executor keeps it until the native work has really stopped.
