@@ -91,6 +91,21 @@ impl JobError {
         ) || self.is_local()
     }
 
+    /// Whether a full scratch file system could be what made this fail: not a verdict on the
+    /// request (its shape, malware, a size no scratch here can hold), not a dependency's
+    /// outage, not already known to be the scratch (see `JobRunner::by_pod_state`).
+    pub fn could_be_scratch(&self) -> bool {
+        let verdict = matches!(
+            self,
+            Self::InvalidRequest(_)
+                | Self::Malware(_)
+                | Self::ScratchTooSmall { .. }
+                | Self::ScratchFull { .. }
+        );
+        let dependency = self.is_transient() && !self.is_local();
+        !verdict && !dependency
+    }
+
     /// Faults of this pod: scratch space or files (ENOSPC, EMFILE, EIO), a rejected output
     /// write. Answered `internal` (retryable) only when the pod looks well; while it is sick
     /// the job is held instead (see `job::runner`).

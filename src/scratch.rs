@@ -192,40 +192,39 @@ impl Admission {
         Space::of(&self.root).is_none_or(|s| need <= s.total)
     }
 
-    /// Takes `need` bytes now if they fit; `Err(free)` otherwise (what is free for it).
-    pub fn try_reserve(self: &std::sync::Arc<Self>, need: u64) -> Result<Reservation, u64> {
+    /// Takes `need` bytes now if they fit.
+    pub fn try_reserve(self: &std::sync::Arc<Self>, need: u64) -> Option<Reservation> {
         let mut reserved = self.reserved.lock().unwrap();
         let free = Space::of(&self.root).map_or(u64::MAX, |s| s.free);
-        let available = free.saturating_sub(*reserved);
         // Alone, a job takes what there is: nothing else of ours holds space.
-        if need <= available || (*reserved == 0 && need <= free) {
+        let fits = need <= free.saturating_sub(*reserved) || (*reserved == 0 && need <= free);
+        fits.then(|| {
             *reserved += need;
-            return Ok(Reservation {
+            Reservation {
                 admission: self.clone(),
                 bytes: need,
-            });
-        }
-        Err(available)
+            }
+        })
     }
 
-    /// Waits until `need` bytes fit, then takes them. `on_wait` hears, once, that it waits
-    /// and whether anything of ours holds space (if nothing does, only a larger or emptier
-    /// volume lets it run: the pod cannot serve it now).
+    /// Waits until `need` bytes fit, then takes them. `on_wait` hears that it waits, and
+    /// again whenever that changes, whether anything of ours holds space (if nothing does,
+    /// only a larger or emptier volume lets it run: the pod cannot serve it now).
     pub async fn reserve(
         self: &std::sync::Arc<Self>,
         need: u64,
         mut on_wait: impl FnMut(bool),
     ) -> Reservation {
-        let mut told = false;
+        let mut told = None;
         loop {
             let released = self.released.notified();
-            match self.try_reserve(need) {
-                Ok(r) => return r,
-                Err(_) if !told => {
-                    told = true;
-                    on_wait(*self.reserved.lock().unwrap() > 0);
-                }
-                Err(_) => {}
+            if let Some(r) = self.try_reserve(need) {
+                return r;
+            }
+            let others = *self.reserved.lock().unwrap() > 0;
+            if told != Some(others) {
+                told = Some(others);
+                on_wait(others);
             }
             tokio::select! {
                 _ = released => {}
@@ -269,7 +268,7 @@ mod tests {
         let free = Space::of(root.path()).unwrap().free;
         let first = adm.try_reserve(free / 2 + 1).expect("alone, it fits");
         // A second that would not fit beside the first waits for it.
-        assert!(adm.try_reserve(free / 2 + 1).is_err());
+        assert!(adm.try_reserve(free / 2 + 1).is_none());
         let waiter = {
             let adm = adm.clone();
             tokio::spawn(async move {

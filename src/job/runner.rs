@@ -298,12 +298,7 @@ impl JobRunner {
     /// more than it had written when it failed) must be free before it runs again.
     fn by_pod_state(&self, failure: Failure, scratch: &ScratchDir, need: u64) -> Failure {
         let settings = &self.svc.settings.worker;
-        let verdict = matches!(
-            failure.error,
-            JobError::InvalidRequest(_) | JobError::Malware(_) | JobError::ScratchTooSmall { .. }
-        );
-        let dependency = failure.error.is_transient() && !failure.error.is_local();
-        if verdict || dependency || matches!(failure.error, JobError::ScratchFull { .. }) {
+        if !failure.error.could_be_scratch() {
             return failure;
         }
         let Some(space) = scratch::Space::of(&settings.tmp_dir) else {
