@@ -30,15 +30,11 @@ pub enum JobError {
         needed: u64,
         cause: String,
     },
-    /// The source and its expected outputs are larger than this pod's whole scratch.
+    /// The source alone is larger than this pod's whole scratch: no pod like it could hold it.
     #[error(
-        "the source ({source_bytes} bytes) and its outputs need about {need} bytes of scratch; this worker has {total}"
+        "the source ({source_bytes} bytes) is larger than this worker's scratch file system ({total} bytes of scratch)"
     )]
-    ScratchTooSmall {
-        source_bytes: u64,
-        need: u64,
-        total: u64,
-    },
+    ScratchTooSmall { source_bytes: u64, total: u64 },
 }
 
 impl JobError {

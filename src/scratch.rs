@@ -125,12 +125,8 @@ impl Space {
     }
 }
 
-/// What a job is expected to need in scratch: its source and outputs up to as much again
-/// (resized variants and renditions are smaller than their source; the factor leaves room for
-/// temporary files).
-pub fn expected_need(source_bytes: u64) -> u64 {
-    source_bytes.saturating_mul(2)
-}
+/// The last MiB of the volume is never counted on: the file system needs it for itself.
+const KEEP_FREE: u64 = 1 << 20;
 
 /// Bytes under `dir` (a job's scratch), counted as they are allocated on disk.
 pub fn used_bytes(dir: &Path) -> u64 {
@@ -187,9 +183,21 @@ impl Admission {
         }
     }
 
-    /// Whether a job that needs `need` bytes could ever run here.
-    pub fn could_fit(&self, need: u64) -> bool {
-        Space::of(&self.root).is_none_or(|s| need <= s.total)
+    /// What a job whose source has `source_bytes` is expected to need here: the source and
+    /// its outputs up to as much again (variants and renditions are smaller than their source;
+    /// the rest is room for temporary files). A job's real outputs are not known before it is
+    /// probed, so the estimate is held to what the volume could give one job alone: a large
+    /// job runs alone, and if it fills the disk what it needed shows (`JobError::ScratchFull`).
+    /// `Err(total)` when the source alone could never be held: the request's failure.
+    pub fn need_for(&self, source_bytes: u64) -> Result<u64, u64> {
+        let Some(space) = Space::of(&self.root) else {
+            return Ok(source_bytes.saturating_mul(2));
+        };
+        let room = space.total.saturating_sub(KEEP_FREE);
+        if source_bytes > room {
+            return Err(space.total);
+        }
+        Ok(source_bytes.saturating_mul(2).min(room))
     }
 
     /// Takes `need` bytes now if they fit.
@@ -284,7 +292,18 @@ mod tests {
         let (bytes, waited) = waiter.await.unwrap();
         assert_eq!(bytes, free / 2 + 1);
         assert_eq!(waited, Some(true), "it waited, for another job");
-        assert!(adm.could_fit(free) && !adm.could_fit(u64::MAX));
+    }
+
+    #[test]
+    fn a_need_is_held_to_what_the_volume_could_give_one_job() {
+        let root = tempfile::tempdir().unwrap();
+        let adm = Admission::new(root.path());
+        let total = Space::of(root.path()).unwrap().total;
+        let room = total - KEEP_FREE;
+        assert_eq!(adm.need_for(1000), Ok(2000));
+        assert_eq!(adm.need_for(room / 2 + 1), Ok(room), "alone it may run");
+        assert_eq!(adm.need_for(room), Ok(room));
+        assert_eq!(adm.need_for(room + 1), Err(total), "never");
     }
 
     #[test]

@@ -250,10 +250,10 @@ impl JobRunner {
     }
 
     /// Admission by need, before anything is downloaded: the source's size from a HEAD request,
-    /// what the job is expected to need ([`scratch::expected_need`], or `needs` when an earlier
-    /// attempt found it needed more), reserved against the free scratch; the job waits while
-    /// it does not fit. A source that with its outputs is larger than the whole scratch is the
-    /// request's failure (`limits_exceeded`). Without a HEAD answer, no reservation: the
+    /// what the job is expected to need ([`scratch::Admission::need_for`], or `needs` when an
+    /// earlier attempt found it needed more), reserved against the free scratch; the job waits
+    /// while it does not fit. A source larger than the whole scratch is the request's failure
+    /// (`limits_exceeded`). Without a HEAD answer, no reservation: the
     /// download reports the source's fault or the store's.
     async fn admit(
         &self,
@@ -267,15 +267,12 @@ impl JobRunner {
             Ok(head) if head.size_bytes <= svc.settings.limits.max_input_bytes => head.size_bytes,
             _ => return Ok((None, needs)),
         };
-        let expected = scratch::expected_need(size);
-        if !svc.admission.could_fit(expected) {
-            let total = scratch::Space::of(&svc.settings.worker.tmp_dir).map_or(0, |s| s.total);
-            return Err(Failure::at(Stage::Download)(JobError::ScratchTooSmall {
+        let expected = svc.admission.need_for(size).map_err(|total| {
+            Failure::at(Stage::Download)(JobError::ScratchTooSmall {
                 source_bytes: size,
-                need: expected,
                 total,
-            }));
-        }
+            })
+        })?;
         let need = expected.max(needs);
         let reserve = svc.admission.reserve(need, |others| {
             // With nothing of ours holding space, only a larger or emptier volume lets it run:
