@@ -58,7 +58,9 @@ impl JobError {
                 MediaError::Transform(_) => ErrorCode::TransformFailed,
                 // Crashed twice, each time in a fresh process: the input triggers a decoder bug.
                 MediaError::Crashed(_) => ErrorCode::MediaCrashed,
-                MediaError::Io(_) | MediaError::Cancelled => ErrorCode::Internal,
+                MediaError::Io(_) | MediaError::NotStarted(_) | MediaError::Cancelled => {
+                    ErrorCode::Internal
+                }
                 // Native work over its limit: as slow on every attempt, so permanent (network
                 // timeouts are `StorageError::Unavailable`, and transient).
                 MediaError::Timeout(_) => ErrorCode::Timeout,

@@ -469,3 +469,124 @@ async fn a_source_larger_than_the_scratch_is_refused_without_a_download() {
         Some(0.0)
     );
 }
+
+/// A pids cgroup (v1) of the test's own, removed on drop once its processes are gone.
+struct PidsCgroup {
+    dir: PathBuf,
+}
+
+impl PidsCgroup {
+    /// Moves `pids` into a new cgroup that allows no process beyond them.
+    fn confining(pids: &[i32]) -> PidsCgroup {
+        let dir = PathBuf::from(format!(
+            "/sys/fs/cgroup/pids/media-worker-test-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir(&dir).expect("a pids cgroup (v1, root)");
+        for pid in pids {
+            std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+        }
+        std::fs::write(dir.join("pids.max"), pids.len().to_string()).unwrap();
+        PidsCgroup { dir }
+    }
+
+    fn lift(&self) {
+        std::fs::write(self.dir.join("pids.max"), "max").unwrap();
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        let root = self.dir.parent().unwrap().join("cgroup.procs");
+        let procs = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines() {
+            let _ = std::fs::write(&root, pid);
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// No sandbox can start: the fork servers are in a pids cgroup at its limit (the first one's
+/// fork says EAGAIN and it is replaced; the job process the second forks once a slot is free
+/// is refused a thread, and libvips says "corrupt") and a new server cannot be executed (its
+/// program is gone: ENOENT). That is the pod's fault: the pod is not ready (`sandbox`), takes nothing new, retries the job and then
+/// holds it, answering nothing; once a sandbox can start again the job completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_that_cannot_start_holds_the_job_until_one_can() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("media-worker");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_media-worker"), &program).unwrap();
+    let stack = Stack::start(1).await;
+    let mut env = stack.worker_env("g-no-sandbox");
+    env.insert(
+        "MEDIA_SANDBOX_PROGRAM".into(),
+        program.display().to_string(),
+    );
+    env.insert("WORKER_POOL_SIZE".into(), "2".into());
+    env.insert("RETRY_COUNT".into(), "1".into());
+    let worker = Worker::start(&env);
+    worker.wait_ready();
+    let servers = worker.sandboxes();
+    assert_eq!(servers.len(), 2, "two fork servers warm");
+
+    let cgroup = PidsCgroup::confining(&servers);
+    let gone = dir.path().join("moved-away");
+    std::fs::rename(&program, &gone).unwrap();
+    stack.upload_corpus("pillow_flower.jpg").await;
+    let responses = stack.responses();
+    stack
+        .send(&request("no-sandbox", "pillow_flower.jpg"))
+        .await;
+
+    let (_, ready) = wait_for("not ready for sandbox", MINUTE, || {
+        readiness(&worker).filter(|(status, _)| *status == 503)
+    });
+    assert_eq!(ready["sandbox"], false, "{ready}");
+    wait_for("the job held", MINUTE, || {
+        worker
+            .jobs()
+            .iter()
+            .any(|j| j["phase"] == "held")
+            .then_some(())
+    });
+    wait_for("partitions paused", MINUTE, || {
+        (worker.metric("media_worker_kafka_paused") == Some(1.0)).then_some(())
+    });
+    assert!(
+        responses.next(Duration::from_millis(0)).is_none(),
+        "answered while no sandbox could start"
+    );
+    let log = worker.log();
+    assert!(
+        log.contains("cannot fork: Resource temporarily unavailable"),
+        "{log}"
+    );
+    assert!(
+        log.contains("failed under the pod's process limit"),
+        "{log}"
+    );
+    wait_for("the probe refused", MINUTE, || {
+        worker
+            .log()
+            .contains("cannot start a sandbox: No such file")
+            .then_some(())
+    });
+
+    cgroup.lift();
+    std::fs::rename(&gone, &program).unwrap();
+    let got = responses.take(1, 2 * MINUTE);
+    let body = &got[0].body;
+    assert_eq!(body.status, Status::Completed, "{:?}", body.error);
+    eprintln!(
+        "no sandbox: held, {} attempts ({} retried), answered completed",
+        body.attempts,
+        body.attempts - 1
+    );
+    wait_for("ready again", MINUTE, || {
+        readiness(&worker).filter(|(status, _)| *status == 200)
+    });
+    wait_for("offset committed", MINUTE, || {
+        (stack.committed("g-no-sandbox", 1) == vec![1]).then_some(())
+    });
+    drop(cgroup);
+}

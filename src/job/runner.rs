@@ -295,6 +295,10 @@ impl JobRunner {
     /// more than it had written when it failed) must be free before it runs again.
     fn by_pod_state(&self, failure: Failure, scratch: &ScratchDir, need: u64) -> Failure {
         let settings = &self.svc.settings.worker;
+        if let JobError::Media(MediaError::NotStarted(_)) = failure.error {
+            self.sandbox_unavailable();
+            return failure;
+        }
         if !failure.error.could_be_scratch() {
             return failure;
         }
@@ -316,6 +320,34 @@ impl JobRunner {
                 cause: failure.error.to_string(),
             },
         }
+    }
+
+    /// No process for media work could start (fork or exec failed: the pod's process or file
+    /// limits): the pod is not ready (`sandbox: false`) and takes no new work until a probe
+    /// starts a sandbox again, every [`HOLD_CHECK`]; its jobs are retried, then held.
+    fn sandbox_unavailable(&self) {
+        let health = self.svc.health.clone();
+        if !health.set_sandbox_ok(false) {
+            return; // already probing
+        }
+        tracing::warn!("no sandbox could start: a fault of this pod; not ready until one can");
+        let media = self.media.clone();
+        tokio::spawn(async move {
+            let mut told = None;
+            loop {
+                tokio::time::sleep(HOLD_CHECK).await;
+                match media.check().await {
+                    Ok(()) => break,
+                    Err(e) if told.as_ref() != Some(&e) => {
+                        tracing::warn!(error = %e, "sandbox probe failed");
+                        told = Some(e);
+                    }
+                    Err(_) => {}
+                }
+            }
+            tracing::info!("a sandbox started again: ready for work");
+            health.set_sandbox_ok(true);
+        });
     }
 
     /// The stages of one attempt, in `scratch`.

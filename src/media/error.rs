@@ -19,6 +19,10 @@ pub enum MediaError {
     Transform(String),
     #[error("scratch i/o: {0}")]
     Io(String),
+    /// No process for the work could be started (fork, exec or a pipe failed: EAGAIN, EMFILE,
+    /// a missing executable): this pod's fault, whatever the input.
+    #[error("the media work could not start: {0}")]
+    NotStarted(String),
     /// The process doing the work died (a signal) or panicked: a decoder bug the input
     /// triggers. Reported after a second try in a fresh process (see `sandbox`).
     #[error("media processing crashed: {0}")]
@@ -34,9 +38,10 @@ pub enum MediaError {
 }
 
 impl MediaError {
-    /// A fault of this pod (its scratch space) or a cancellation, not of the input.
+    /// A fault of this pod (its scratch space, its processes) or a cancellation, not of the
+    /// input.
     pub fn is_local(&self) -> bool {
-        matches!(self, Self::Io(_) | Self::Cancelled)
+        matches!(self, Self::Io(_) | Self::NotStarted(_) | Self::Cancelled)
     }
 }
 

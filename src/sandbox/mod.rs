@@ -96,6 +96,14 @@ impl Executor {
         }
     }
 
+    /// Whether media work could start now (see [`Pool::check`]).
+    pub async fn check(&self) -> Result<(), String> {
+        match self {
+            Executor::Sandbox(pool) => pool.check().await,
+            Executor::Inline => Ok(()),
+        }
+    }
+
     /// Stops the idle sandbox children (at exit).
     pub async fn close(&self) {
         if let Executor::Sandbox(pool) = self {

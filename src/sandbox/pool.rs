@@ -127,7 +127,7 @@ impl Pool {
         loop {
             let server = self.checkout().map_err(|e| Failure {
                 stage: Stage::Probe,
-                error: MediaError::Io(format!("cannot start a sandbox: {e}")),
+                error: MediaError::NotStarted(format!("cannot start a sandbox: {e}")),
             })?;
             let ended = self
                 .run_in(server, work, started, &mut limit, cancel, on_event)
@@ -279,6 +279,24 @@ impl Pool {
             );
         }
         let fail = |error| Failure { stage, error };
+        if let Exit::NotStarted(why) = ended.exit {
+            // A server that cannot fork is replaced: a fresh one may be allowed what it is not.
+            tracing::warn!(server = server.pid, error = %why, "sandbox could not start a job process");
+            kill(server).await;
+            return Outcome::Crashed(fail(MediaError::NotStarted(why)), None);
+        }
+        let stopped = matches!(why, Some(Stopping::Timeout | Stopping::Cancelled));
+        if ended.refused > 0 && !stopped && !matches!(done, Some(Ok(_))) {
+            // Whatever the library said (a decoder's "corrupt", OpenCV's thread error), the
+            // work was refused threads or processes: the pod's limit, not the input.
+            let why = format!(
+                "the pod's process limit refused {} new processes or threads during the job",
+                ended.refused
+            );
+            tracing::warn!(server = server.pid, error = %why, answered = ?done.map(|d| d.err()),
+                "sandbox job failed under the pod's process limit");
+            return Outcome::Crashed(fail(MediaError::NotStarted(why)), Some(Box::new(server)));
+        }
         let error = match (why, ended.exit, done) {
             (Some(Stopping::Timeout), ..) => {
                 return Outcome::Stopped(fail(MediaError::Timeout(limit)), Some(Box::new(server)));
@@ -314,7 +332,7 @@ impl Pool {
                     Exit::Code(c) => {
                         MediaError::Crashed(format!("exited with code {c} without an answer"))
                     }
-                    Exit::Violation(v) => MediaError::Crashed(v),
+                    Exit::Violation(v) | Exit::NotStarted(v) => MediaError::Crashed(v),
                 };
                 tracing::warn!(server = server.pid, stage = stage.as_str(), error = %error, stderr = %tail,
                     "sandbox job process died");
@@ -339,10 +357,25 @@ impl Pool {
         let error = if took {
             MediaError::Crashed(why)
         } else {
-            MediaError::Io(why)
+            MediaError::NotStarted(why)
         };
         tracing::warn!(stage = stage.as_str(), error = %error, stderr = %tail, "sandbox lost");
         Outcome::Crashed(Failure { stage, error }, None)
+    }
+
+    /// Whether work could start now: a fresh server started and said it is ready (then it is
+    /// stopped: this is a probe of the pod, used while it steps aside for a sandbox that could
+    /// not start).
+    pub async fn check(&self) -> Result<(), String> {
+        let mut server = self
+            .spawn()
+            .map_err(|e| format!("cannot start a sandbox: {e}"))?;
+        let ready = tokio::time::timeout(GRACE, server.frame()).await;
+        kill(server).await;
+        match ready {
+            Ok(Some(Frame::Ready(_))) => Ok(()),
+            _ => Err("the sandbox did not start".into()),
+        }
     }
 
     /// An idle server, or a new one.

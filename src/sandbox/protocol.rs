@@ -55,6 +55,9 @@ pub struct Ended {
     pub exit: Exit,
     /// Processes the job left running after its job process ended, killed.
     pub strays: u32,
+    /// New processes or threads the pod's pids limit refused while the job ran.
+    #[serde(default)]
+    pub refused: u64,
 }
 
 /// How a job process ended.
@@ -64,4 +67,6 @@ pub enum Exit {
     Signal(i32),
     /// It broke the protocol (a line too long, an unreadable reply) and was killed.
     Violation(String),
+    /// It could not be started (no pipe, no fork): the server's process limits, not the job.
+    NotStarted(String),
 }

@@ -90,16 +90,23 @@ fn send(out: &mut impl Write, frame: &Frame) {
 
 /// Forks the job process, relays its replies, reaps it and what it left.
 fn run(req: &Request, plan: &Plan, out: &mut impl Write) -> Ended {
+    let refused = pids_refused();
+    let mut ended = run_job(req, plan, out);
+    ended.refused = pids_refused().saturating_sub(refused);
+    ended
+}
+
+fn run_job(req: &Request, plan: &Plan, out: &mut impl Write) -> Ended {
     let (read, write) = match pipe() {
         Ok(p) => p,
-        Err(e) => return violation(format!("cannot make a pipe: {e}")),
+        Err(e) => return not_started(format!("cannot make a pipe: {e}")),
     };
     let _ = out.flush();
     // SAFETY: this process is single-threaded; the child only runs `child::run`, which never
     // returns.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return violation(format!("cannot fork: {}", std::io::Error::last_os_error()));
+        return not_started(format!("cannot fork: {}", std::io::Error::last_os_error()));
     }
     if pid == 0 {
         drop(read);
@@ -115,14 +122,43 @@ fn run(req: &Request, plan: &Plan, out: &mut impl Write) -> Ended {
     Ended {
         exit: broke.map_or(status, Exit::Violation),
         strays: kill_strays(pid),
+        refused: 0,
     }
 }
 
-fn violation(why: String) -> Ended {
+fn not_started(why: String) -> Ended {
     Ended {
-        exit: Exit::Violation(why),
+        exit: Exit::NotStarted(why),
         strays: 0,
+        refused: 0,
     }
+}
+
+/// How many new processes or threads the pids controller has refused this process's cgroup
+/// (`max` in `pids.events`, cgroup v1 or v2); 0 without one. A job that fails while its
+/// cgroup refused it a thread failed for the pod's reason, whatever its library said.
+fn pids_refused() -> u64 {
+    let Ok(cgroups) = std::fs::read_to_string("/proc/self/cgroup") else {
+        return 0;
+    };
+    let events = cgroups.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.split(',').any(|c| c == "pids") {
+            Some(format!("/sys/fs/cgroup/pids{path}/pids.events"))
+        } else if id == "0" && controllers.is_empty() {
+            Some(format!("/sys/fs/cgroup{path}/pids.events"))
+        } else {
+            None
+        }
+    });
+    events
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .and_then(|e| {
+            e.lines()
+                .find_map(|l| l.strip_prefix("max ")?.trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {

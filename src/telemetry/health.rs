@@ -22,6 +22,7 @@ pub struct Health {
     consuming: AtomicBool,
     broker_up: AtomicBool,
     storage_ok: AtomicBool,
+    sandbox_ok: AtomicBool,
     commit_failures: AtomicU32,
     blocked_publishes: AtomicU32,
     min_scratch_free: AtomicU64,
@@ -39,6 +40,8 @@ pub struct Readiness {
     pub broker: bool,
     /// The last probe of the output bucket succeeded.
     pub storage: bool,
+    /// Media work can start: no sandbox failed to start since the last successful probe.
+    pub sandbox: bool,
     /// Free scratch space is above `worker.min_scratch_free_bytes`, and above what a job held
     /// for a full scratch needs.
     pub scratch: bool,
@@ -57,6 +60,7 @@ impl Health {
             consuming: AtomicBool::new(false),
             broker_up: AtomicBool::new(true),
             storage_ok: AtomicBool::new(true),
+            sandbox_ok: AtomicBool::new(true),
             commit_failures: AtomicU32::new(0),
             blocked_publishes: AtomicU32::new(0),
             min_scratch_free: AtomicU64::new(min_scratch_free_bytes),
@@ -72,6 +76,10 @@ impl Health {
     }
     pub fn set_storage_ok(&self, ok: bool) {
         self.storage_ok.store(ok, Ordering::Relaxed);
+    }
+    /// Returns whether it was ok before.
+    pub fn set_sandbox_ok(&self, ok: bool) -> bool {
+        self.sandbox_ok.swap(ok, Ordering::Relaxed)
     }
     pub fn commit_result(&self, ok: bool) {
         if ok {
@@ -95,13 +103,15 @@ impl Health {
         self.blocked_publishes.load(Ordering::Relaxed)
     }
 
-    /// Why this pod should not take new work now, if it should not: scratch space low, the
-    /// output store unreachable, or a response that cannot be published. The consumer stops
+    /// Why this pod should not take new work now, if it should not: scratch space low, no
+    /// sandbox can start, the output store unreachable, or a response that cannot be published. The consumer stops
     /// dispatching while this holds (it stays in the group; running jobs go on).
     pub fn intake_blocker(&self, scratch_dir: &Path) -> Option<&'static str> {
         let r = self.readiness(scratch_dir);
         if !r.scratch {
             Some("scratch")
+        } else if !r.sandbox {
+            Some("sandbox")
         } else if !r.storage {
             Some("storage")
         } else if !r.publishing {
@@ -134,13 +144,20 @@ impl Health {
             consuming: self.consuming.load(Ordering::Relaxed),
             broker: self.broker_up.load(Ordering::Relaxed),
             storage: self.storage_ok.load(Ordering::Relaxed),
+            sandbox: self.sandbox_ok.load(Ordering::Relaxed),
             scratch: free.is_none_or(|f| f >= floor),
             scratch_free_bytes: free,
             commits: self.commit_failures.load(Ordering::Relaxed) < MAX_COMMIT_FAILURES,
             publishing: self.blocked_publishes.load(Ordering::Relaxed) == 0,
         };
         Readiness {
-            ready: r.consuming && r.broker && r.storage && r.scratch && r.commits && r.publishing,
+            ready: r.consuming
+                && r.broker
+                && r.storage
+                && r.sandbox
+                && r.scratch
+                && r.commits
+                && r.publishing,
             ..r
         }
     }
