@@ -642,3 +642,44 @@ async fn tenants_are_kept_apart_at_the_api() {
         String::from_utf8_lossy(&stalled.body)
     );
 }
+
+/// A scan in progress when the worker is told to stop is a job like a transcode: listed in
+/// `/jobs` while the worker drains, answered, and only then does the worker exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_in_progress_is_answered_before_the_worker_stops() {
+    let stack = Stack::start(1).await;
+    let clamd = Clamd::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut worker, api) = api_worker(&stack, &clamd, dir.path(), &[]);
+    worker.wait_ready();
+    let scanning = |w: &Worker| w.jobs().iter().any(|j| j["stage"] == "scan");
+
+    let photo = std::fs::read(corpus("imageio_coffee.png")).unwrap();
+    let (head, rest) = photo.split_at(photo.len() / 2);
+    let auth = auth();
+    let headers = [
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/octet-stream"),
+    ];
+    let open = http::post_started(api, "/scan", &headers, photo.len(), head);
+    wait_for("the scan listed", MINUTE, || {
+        scanning(&worker).then_some(())
+    });
+    worker.sigterm();
+    wait_for("draining", MINUTE, || {
+        worker.log().contains("\"draining\"").then_some(())
+    });
+    assert!(
+        scanning(&worker),
+        "the scan is a job while the worker drains"
+    );
+
+    let a = http::finish(open, rest);
+    assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
+    let v = a.json();
+    assert_eq!(
+        (v["clean"].clone(), v["scanned_bytes"].clone()),
+        (serde_json::json!(true), serde_json::json!(photo.len()))
+    );
+    assert!(worker.wait_exit(MINUTE).success());
+}

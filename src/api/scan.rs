@@ -10,11 +10,12 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 
-use crate::contract::{ScanVerdict, SourceRef};
+use crate::contract::{ScanVerdict, SourceRef, Stage};
 use crate::scan::{ScanError, Scanner};
 use crate::scratch::ScratchDir;
 use crate::stages::validate;
 use crate::storage::StorageError;
+use crate::telemetry::registry::JobHandle;
 
 use super::{Api, read_body};
 use crate::access::Grant;
@@ -35,7 +36,10 @@ pub(super) async fn handle(
         Some(p) => p,
         None => return api.busy(),
     };
-    match answer(&api, &grant, &headers, body).await {
+    // A job like a transcode: listed in `/jobs`, and the worker's stop waits for it.
+    let _tracked = api.jobs.token();
+    let job = api.svc.registry.start("scan", "scan");
+    match answer(&api, &grant, &headers, body, &job).await {
         Ok(v) => {
             tracing::info!(
                 route = ROUTE,
@@ -67,6 +71,7 @@ async fn answer(
     grant: &Grant,
     headers: &HeaderMap,
     body: Body,
+    job: &JobHandle,
 ) -> Result<ScanVerdict, Refusal> {
     let Some(scanner) = &api.svc.scanner else {
         return Err(scan_refusal(ScanError::NotConfigured));
@@ -77,7 +82,7 @@ async fn answer(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|t| t.starts_with("application/json"));
     if is_json {
-        return scan_object(api, grant, scanner, body).await;
+        return scan_object(api, grant, scanner, body, job).await;
     }
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -99,6 +104,7 @@ async fn answer(
         };
         Some((next, s))
     });
+    job.stage(Stage::Scan);
     scanner
         .scan(Box::pin(input), max)
         .await
@@ -111,6 +117,7 @@ async fn scan_object(
     grant: &Grant,
     scanner: &Scanner,
     body: Body,
+    job: &JobHandle,
 ) -> Result<ScanVerdict, Refusal> {
     let svc = &api.svc;
     let bad = |m: String| (StatusCode::BAD_REQUEST, "bad_request", m);
@@ -123,14 +130,15 @@ async fn scan_object(
     if let Some(why) = Api::forbidden(grant, None, &src.bucket) {
         return Err((StatusCode::FORBIDDEN, "forbidden", why));
     }
-    let job = svc.registry.start("scan", "scan");
     let scratch = ScratchDir::create(&svc.settings.worker.tmp_dir, job.id())
         .map_err(|e| storage_refusal(StorageError::Scratch(e.to_string())))?;
     let (path, max) = (scratch.source(), svc.settings.limits.max_input_bytes);
+    job.stage(Stage::Download);
     svc.storage
         .download(&src, &path, max)
         .await
         .map_err(storage_refusal)?;
+    job.stage(Stage::Scan);
     scanner.scan_file(&path).await.map_err(scan_refusal)
 }
 

@@ -76,9 +76,26 @@ pub fn post_partial(
     declared: usize,
     part: &[u8],
 ) -> Answer {
+    read_answer(post_started(addr, path, headers, declared, part))
+}
+
+/// As [`post_partial`], the connection left open: the rest is sent with [`finish`].
+pub fn post_started(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+    declared: usize,
+    part: &[u8],
+) -> TcpStream {
     let mut s = open(addr);
     write_head(&mut s, path, headers, Some(declared));
     s.write_all(part).unwrap();
+    s
+}
+
+/// Sends the rest of a started body and reads the answer.
+pub fn finish(mut s: TcpStream, rest: &[u8]) -> Answer {
+    s.write_all(rest).unwrap();
     read_answer(s)
 }
 
