@@ -614,6 +614,51 @@ async fn s3_down_20_s(protocol: &'static str) {
     fleet.finish().await;
 }
 
+/// The response topic refuses every record for 30 s mid-run while the request topic serves:
+/// it asks for all three replicas in sync (`min.insync.replicas` 3, the request topic 2) and
+/// one node is stopped for 30 s, so each produce of a response is answered
+/// NOT_ENOUGH_REPLICAS, a failure another try may cure. The answers wait (their offsets held,
+/// the worker's intake paused), and once the topic takes records again every request is
+/// answered once, none dead-lettered or failed.
+async fn response_topic_unavailable_30_s(protocol: &'static str) {
+    let mut fleet = Fleet::under_load("responses30", protocol, 3, 0.3).await;
+    let topic = fleet.stack.response_topic.clone();
+    let broker = &fleet.stack.broker;
+    broker.set_topic_config(&topic, &[("min.insync.replicas", "3")]);
+    fleet.note_all_in_flight();
+    fleet.stack.broker.stop_node(2);
+    // The fault is in force: a record of our own (acks=all) is refused.
+    let probe: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", fleet.stack.broker.bootstrap())
+        .set("acks", "all")
+        .set("message.timeout.ms", "3000")
+        .create()
+        .unwrap();
+    let refused = probe
+        .send(
+            rdkafka::producer::FutureRecord::to(&topic)
+                .key("probe")
+                .payload("{}"),
+            Duration::from_secs(10),
+        )
+        .await;
+    assert!(refused.is_err(), "the response topic still takes records");
+    // A response waiting for the topic pauses its worker's intake.
+    let outage = Instant::now();
+    wait_for("intake paused", Duration::from_secs(30), || {
+        fleet
+            .workers
+            .iter()
+            .any(|w| w.metric("media_worker_kafka_paused") == Some(1.0))
+            .then_some(())
+    });
+    // The fault: the topic stays unavailable for 30 s.
+    tokio::time::sleep(Duration::from_secs(30).saturating_sub(outage.elapsed())).await;
+    fleet.stack.broker.start_node(2);
+    // Every request answered successfully on the response topic, once per answering attempt.
+    fleet.finish().await;
+}
+
 /// Scale 1 → 3 → 1 under load.
 async fn scale_1_3_1(protocol: &'static str) {
     let mut fleet = Fleet::under_load("scale", protocol, 1, 0.2).await;
@@ -652,5 +697,6 @@ under_both_protocols!(
     kill_9_the_leading_broker,
     one_broker_down_30_s,
     s3_down_20_s,
+    response_topic_unavailable_30_s,
     scale_1_3_1,
 );

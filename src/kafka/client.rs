@@ -58,9 +58,11 @@ pub fn producer_config(settings: &KafkaSettings) -> ClientConfig {
             // A response is one small message per job; waiting to batch it only delays the
             // job's end (and its offset). Concurrent responses still share requests.
             ("linger.ms", "0"),
-            // One publish attempt ends within 30 s (librdkafka's default is 5 min); the
-            // publisher retries with backoff, then dead-letters.
-            ("message.timeout.ms", "30000"),
+            // One publish attempt rides out an outage of up to 5 min inside librdkafka: its
+            // retries keep the idempotent sequence, so a record the broker appended but could
+            // not acknowledge (NOT_ENOUGH_REPLICAS_AFTER_APPEND) is never written twice. A new
+            // attempt after a timeout is a new record, and could be.
+            ("message.timeout.ms", "300000"),
         ],
     )
 }

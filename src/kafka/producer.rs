@@ -2,10 +2,12 @@
 //! is acknowledged, so its offset is held while publishing fails:
 //!
 //! 1. A failure that another try may cure (broker unreachable, timeouts, leadership moving) is
-//!    retried with backoff for as long as it takes: after `publish_attempts` of them the pod
-//!    reports `publishing: false`, which pauses its intake, until the record goes through. A
-//!    broker outage never turns answers into dead letters; at shutdown the message is left
-//!    uncommitted and redelivered.
+//!    retried: inside librdkafka first (one attempt lasts up to `message.timeout.ms`, 5 min,
+//!    with the same idempotent sequence, so an outage does not write a response twice), then
+//!    with backoff for as long as it takes. Once a record has waited [`HOLD_AFTER`], or after
+//!    `publish_attempts` failed attempts, the pod reports `publishing: false`, which pauses its
+//!    intake, until the record goes through. A broker outage never turns answers into dead
+//!    letters; at shutdown the message is left uncommitted and redelivered.
 //! 2. A record the broker rejects for good (too large, invalid, not authorised) goes to the
 //!    dead-letter topic instead: the request, its response and the error.
 //! 3. If the dead letter is rejected too, a minimal failure response (the ids and an `internal`
@@ -31,6 +33,9 @@ use crate::config::KafkaSettings;
 use crate::contract::{DeadLetter, RecordOrigin, SCHEMA_VERSION};
 use crate::retry::backoff;
 use crate::telemetry::{Health, Metrics};
+
+/// How long a record may wait for its acknowledgement before the pod stops taking work.
+pub const HOLD_AFTER: Duration = Duration::from_secs(10);
 
 pub struct Publisher {
     config: ClientConfig,
@@ -204,10 +209,17 @@ impl Publisher {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let err = match self
-                .send(topic, out.key, payload, traceparent, give_up)
-                .await
-            {
+            let sending = self.send(topic, out.key, payload, traceparent, give_up);
+            tokio::pin!(sending);
+            let sent = tokio::select! {
+                r = &mut sending => r,
+                _ = tokio::time::sleep(HOLD_AFTER) => {
+                    // Still not acknowledged: the pod takes no new work while it waits.
+                    held.set(&self.health);
+                    sending.await
+                }
+            };
+            let err = match sent {
                 Ok(()) => return Ok(None),
                 Err(SendError::Rejected(why)) => {
                     self.metrics.publish_failures.inc();
@@ -258,6 +270,7 @@ impl Publisher {
             .headers(headers);
         let producer = self.producer.read().unwrap().clone();
         let result = tokio::select! {
+            // The timeout bounds the wait for room in librdkafka's queue, not the delivery.
             r = producer.send(record, Timeout::After(Duration::from_secs(30))) => {
                 r.map(|_| ()).map_err(|(e, _)| SendError::of(&e))
             }

@@ -193,6 +193,38 @@ impl Broker {
         });
     }
 
+    /// Sets `topic`'s configuration overrides to `entries`, replacing any earlier ones (none:
+    /// the cluster's defaults again).
+    pub fn set_topic_config(&self, topic: &str, entries: &[(&str, &str)]) {
+        use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
+        let admin: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap())
+            .create()
+            .unwrap();
+        let config = entries.iter().fold(
+            AlterConfig::new(ResourceSpecifier::Topic(topic)),
+            |c, (k, v)| c.set(k, v),
+        );
+        let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
+        // On a thread of its own: the caller may be inside a Tokio runtime.
+        let altered = std::thread::scope(|s| {
+            s.spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(admin.alter_configs([&config], &opts))
+            })
+            .join()
+            .unwrap()
+        });
+        for r in altered.unwrap() {
+            if let Err((resource, e)) = r {
+                panic!("alter {resource:?}: {e}");
+            }
+        }
+    }
+
     /// Every node's log so far (the broker's own account, e.g. of a group's rebalances).
     pub fn log(&self) -> String {
         (1..=self.nodes)
