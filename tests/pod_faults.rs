@@ -188,6 +188,28 @@ async fn responses_too_large_for_the_broker_keep_the_partition_moving() {
     });
 }
 
+/// The pod is not ready for `check`, its intake paused, and its job held, unanswered.
+fn held_while_not_ready(worker: &Worker, responses: &Responses, check: &str) {
+    let (_, ready) = wait_for(&format!("not ready for {check}"), 2 * MINUTE, || {
+        readiness(worker).filter(|(status, _)| *status == 503)
+    });
+    assert_eq!(ready[check], false, "{ready}");
+    wait_for("the job held", MINUTE, || {
+        worker
+            .jobs()
+            .iter()
+            .any(|j| j["phase"] == "held")
+            .then_some(())
+    });
+    wait_for("partitions paused", MINUTE, || {
+        (worker.metric("media_worker_kafka_paused") == Some(1.0)).then_some(())
+    });
+    assert!(
+        responses.next(Duration::from_millis(0)).is_none(),
+        "answered while not ready for {check}"
+    );
+}
+
 /// Runs a generator whose last argument is the output, in `dir`.
 fn generated(dir: &Path, name: &str, make: &mut Command) -> PathBuf {
     let out = dir.join(name);
@@ -307,21 +329,7 @@ async fn outputs_that_fill_the_scratch_hold_their_job_whatever_the_encoder() {
         let mut req = request(&format!("noise-{format}"), "noise.jpg");
         req.profile = Some(format.into());
         stack.send(&req).await;
-        let (_, ready) = wait_for("not ready for scratch", 2 * MINUTE, || {
-            readiness(&worker).filter(|(status, _)| *status == 503)
-        });
-        assert_eq!(ready["scratch"], false, "{format}: {ready}");
-        wait_for("the job held", MINUTE, || {
-            worker
-                .jobs()
-                .iter()
-                .any(|j| j["phase"] == "held")
-                .then_some(())
-        });
-        assert!(
-            responses.next(Duration::from_millis(0)).is_none(),
-            "{format}: answered while the scratch was full"
-        );
+        held_while_not_ready(&worker, &responses, "scratch");
         remount(&scratch, 64);
         let got = responses.take(1, 2 * MINUTE);
         let body = &got[0].body;
@@ -393,21 +401,7 @@ async fn a_rendition_that_fills_the_scratch_holds_its_job_until_there_is_room() 
     let responses = stack.responses();
     stack.send(&request("noise", "noise.mp4")).await;
 
-    let (_, ready) = wait_for("not ready for scratch", 2 * MINUTE, || {
-        readiness(&worker).filter(|(status, _)| *status == 503)
-    });
-    assert_eq!(ready["scratch"], false, "{ready}");
-    wait_for("the job held", MINUTE, || {
-        worker
-            .jobs()
-            .iter()
-            .any(|j| j["phase"] == "held")
-            .then_some(())
-    });
-    assert!(
-        responses.next(Duration::from_millis(0)).is_none(),
-        "answered while the scratch was full"
-    );
+    held_while_not_ready(&worker, &responses, "scratch");
     assert!(
         worker
             .log()
@@ -538,24 +532,7 @@ async fn a_sandbox_that_cannot_start_holds_the_job_until_one_can() {
         .send(&request("no-sandbox", "pillow_flower.jpg"))
         .await;
 
-    let (_, ready) = wait_for("not ready for sandbox", MINUTE, || {
-        readiness(&worker).filter(|(status, _)| *status == 503)
-    });
-    assert_eq!(ready["sandbox"], false, "{ready}");
-    wait_for("the job held", MINUTE, || {
-        worker
-            .jobs()
-            .iter()
-            .any(|j| j["phase"] == "held")
-            .then_some(())
-    });
-    wait_for("partitions paused", MINUTE, || {
-        (worker.metric("media_worker_kafka_paused") == Some(1.0)).then_some(())
-    });
-    assert!(
-        responses.next(Duration::from_millis(0)).is_none(),
-        "answered while no sandbox could start"
-    );
+    held_while_not_ready(&worker, &responses, "sandbox");
     let log = worker.log();
     assert!(
         log.contains("cannot fork: Resource temporarily unavailable"),

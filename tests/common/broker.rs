@@ -151,26 +151,12 @@ impl Broker {
 
     /// A topic with `partitions`, replicated on up to three nodes.
     pub fn create_topic(&self, name: &str, partitions: u32) {
-        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-        let admin: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", self.bootstrap())
-            .create()
-            .unwrap();
+        use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+        let admin = self.admin();
         let rf = self.nodes.min(3) as i32;
         let topic = NewTopic::new(name, partitions as i32, TopicReplication::Fixed(rf));
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-        // On a thread of its own: the caller may be inside a Tokio runtime.
-        let created = std::thread::scope(|s| {
-            s.spawn(|| {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                runtime.block_on(admin.create_topics([&topic], &opts))
-            })
-            .join()
-            .unwrap()
-        });
+        let created = on_own_runtime(admin.create_topics([&topic], &opts));
         for r in created.unwrap() {
             if let Err((t, e)) = r {
                 assert_eq!(
@@ -196,33 +182,25 @@ impl Broker {
     /// Sets `topic`'s configuration overrides to `entries`, replacing any earlier ones (none:
     /// the cluster's defaults again).
     pub fn set_topic_config(&self, topic: &str, entries: &[(&str, &str)]) {
-        use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
-        let admin: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", self.bootstrap())
-            .create()
-            .unwrap();
+        use rdkafka::admin::{AdminOptions, AlterConfig, ResourceSpecifier};
         let config = entries.iter().fold(
             AlterConfig::new(ResourceSpecifier::Topic(topic)),
             |c, (k, v)| c.set(k, v),
         );
         let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
-        // On a thread of its own: the caller may be inside a Tokio runtime.
-        let altered = std::thread::scope(|s| {
-            s.spawn(|| {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                runtime.block_on(admin.alter_configs([&config], &opts))
-            })
-            .join()
-            .unwrap()
-        });
+        let altered = on_own_runtime(self.admin().alter_configs([&config], &opts));
         for r in altered.unwrap() {
             if let Err((resource, e)) = r {
                 panic!("alter {resource:?}: {e}");
             }
         }
+    }
+
+    fn admin(&self) -> rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> {
+        ClientConfig::new()
+            .set("bootstrap.servers", self.bootstrap())
+            .create()
+            .unwrap()
     }
 
     /// Every node's log so far (the broker's own account, e.g. of a group's rebalances).
@@ -255,6 +233,22 @@ impl Broker {
             );
         }
     }
+}
+
+/// Runs an admin call on a thread and runtime of its own: the caller may be inside a Tokio
+/// runtime.
+fn on_own_runtime<T: Send>(call: impl std::future::Future<Output = T> + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(call)
+        })
+        .join()
+        .unwrap()
+    })
 }
 
 impl Drop for Broker {
