@@ -235,7 +235,7 @@ fn on_scratch(stack: &Stack, group: &str, scratch: &Tmpfs, config: Option<&Path>
     worker
 }
 
-/// The issue's scenario: six valid photos of about 20 MB on a 24 MiB scratch (readiness floor
+/// The operator's scenario: six valid photos of about 20 MB on a 24 MiB scratch (readiness floor
 /// 1 MiB), pool 2. Taken in together they would fill it, and libjpeg's "Output file write
 /// error" used to answer them `transform_failed`. Admitted by need, they run one after the
 /// other; none fails and all complete.
@@ -245,7 +245,7 @@ async fn photos_that_would_fill_the_scratch_together_all_complete() {
     let stack = Stack::start(1).await;
     let worker = on_scratch(&stack, "g-fill", &scratch, None);
     let dir = tempfile::tempdir().unwrap();
-    // 9,850 x 6,567 at quality 100 without chroma subsampling: a camera's 65 MP photo.
+    // 9,850 x 6,566 at quality 100 without chroma subsampling: a camera's 65 MP photo.
     let photo = dir.path().join("large.jpg");
     let made = Command::new("vips")
         .arg("resize")
@@ -431,8 +431,7 @@ async fn a_rendition_that_fills_the_scratch_holds_its_job_until_there_is_room() 
     });
 }
 
-/// A source that with its outputs could never fit this pod's scratch is the request's
-/// failure: answered `limits_exceeded` with the reason, before any byte is downloaded.
+/// A source larger than this pod's whole scratch is the request's failure: answered `limits_exceeded` with the reason, before any byte is downloaded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_larger_than_the_scratch_is_refused_without_a_download() {
     let scratch = Tmpfs::mount(8);

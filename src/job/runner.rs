@@ -21,6 +21,7 @@ use crate::shutdown::Shutdown;
 use crate::stages::manifest::{self, Manifest};
 use crate::stages::resume::{self, Landed};
 use crate::stages::{download, upload};
+use crate::storage::Head;
 use crate::telemetry::registry::{JobHandle, Phase};
 
 use super::response::{self, Done, Ending, Failure, Partial};
@@ -132,7 +133,10 @@ impl JobRunner {
             manifest::profile_of(req),
         );
         let fingerprint = manifest::fingerprint(&svc.settings, profile);
-        let stored = manifest::lookup(&*svc.storage, bucket, &fingerprint, req).await;
+        // One HEAD of the source: its ETag for the manifest, its size for admission.
+        let head = svc.storage.head(&req.source).await.ok();
+        let etag = head.as_ref().and_then(|h| h.etag.as_deref());
+        let stored = manifest::lookup(&*svc.storage, bucket, &fingerprint, req, etag).await;
         if let Some(done) = stored.map(|m| replayed(m, req)) {
             svc.metrics.replays.inc();
             tracing::info!(job = job.id(), "replayed from the manifest");
@@ -150,7 +154,7 @@ impl JobRunner {
             job.attempt(attempt);
             let span = tracing::info_span!("media.process_job", job.attempt = attempt);
             let result = self
-                .attempt(req, job, &cancel.child_token(), needs)
+                .attempt(req, job, &cancel.child_token(), head.as_ref(), needs)
                 .instrument(span)
                 .await;
             if let Err((f, _)) = &result
@@ -236,11 +240,12 @@ impl JobRunner {
         req: &OptimizeRequest,
         job: &JobHandle,
         cancel: &CancellationToken,
+        head: Option<&Head>,
         needs: u64,
     ) -> Result<Done, (Failure, Partial)> {
         let svc = &self.svc;
         let (_reservation, need) = self
-            .admit(req, job, cancel, needs)
+            .admit(req, job, cancel, head, needs)
             .await
             .map_err(|f| (f, Partial::default()))?;
         let scratch = ScratchDir::create(&svc.settings.worker.tmp_dir, job.id())
@@ -249,8 +254,8 @@ impl JobRunner {
         r.map_err(|(f, partial)| (self.by_pod_state(f, &scratch, need), partial))
     }
 
-    /// Admission by need, before anything is downloaded: the source's size from a HEAD request,
-    /// what the job is expected to need ([`scratch::Admission::need_for`], or `needs` when an
+    /// Admission by need, before anything is downloaded: the source's size from its HEAD (the
+    /// job's, or a new one when that failed), what the job is expected to need ([`scratch::Admission::need_for`], or `needs` when an
     /// earlier attempt found it needed more), reserved against the free scratch; the job waits
     /// while it does not fit. A source larger than the whole scratch is the request's failure
     /// (`limits_exceeded`). Without a HEAD answer, no reservation: the
@@ -260,12 +265,21 @@ impl JobRunner {
         req: &OptimizeRequest,
         job: &JobHandle,
         cancel: &CancellationToken,
+        head: Option<&Head>,
         needs: u64,
     ) -> Result<(Option<scratch::Reservation>, u64), Failure> {
         let svc = &self.svc;
-        let size = match svc.storage.head(&req.source).await {
-            Ok(head) if head.size_bytes <= svc.settings.limits.max_input_bytes => head.size_bytes,
-            _ => return Ok((None, needs)),
+        let size = match head {
+            Some(h) => Some(h.size_bytes),
+            None => svc
+                .storage
+                .head(&req.source)
+                .await
+                .ok()
+                .map(|h| h.size_bytes),
+        };
+        let Some(size) = size.filter(|s| *s <= svc.settings.limits.max_input_bytes) else {
+            return Ok((None, needs));
         };
         let expected = svc.admission.need_for(size).map_err(|total| {
             Failure::at(Stage::Download)(JobError::ScratchTooSmall {

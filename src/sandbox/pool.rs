@@ -332,7 +332,9 @@ impl Pool {
                     Exit::Code(c) => {
                         MediaError::Crashed(format!("exited with code {c} without an answer"))
                     }
-                    Exit::Violation(v) | Exit::NotStarted(v) => MediaError::Crashed(v),
+                    Exit::Violation(v) => MediaError::Crashed(v),
+                    // Answered above, before the outcome was looked at.
+                    Exit::NotStarted(v) => MediaError::NotStarted(v),
                 };
                 tracing::warn!(server = server.pid, stage = stage.as_str(), error = %error, stderr = %tail,
                     "sandbox job process died");

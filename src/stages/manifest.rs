@@ -58,18 +58,20 @@ pub fn profile_of(req: &OptimizeRequest) -> &str {
     req.profile.as_deref().unwrap_or("default")
 }
 
-/// The stored manifest for this request, when it is still valid: same source ETag, same
-/// profile `fingerprint`. Any miss or error means "process it" (and is no failure).
+/// The stored manifest for this request, when it is still valid: same source ETag (`etag`, from
+/// the caller's HEAD of the source), same profile `fingerprint`. Any miss or error means
+/// "process it" (and is no failure).
 pub async fn lookup(
     storage: &dyn Storage,
     bucket: &str,
     fingerprint: &str,
     req: &OptimizeRequest,
+    etag: Option<&str>,
 ) -> Option<Manifest> {
     if req.force {
         return None;
     }
-    let etag = storage.head(&req.source).await.ok()?.etag?;
+    let etag = etag?;
     // The type is only known after a download: a hint says where to look first.
     let kinds = match req.media_type {
         Some(MediaType::Video) => [MediaType::Video, MediaType::Image],

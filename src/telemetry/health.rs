@@ -104,8 +104,9 @@ impl Health {
     }
 
     /// Why this pod should not take new work now, if it should not: scratch space low, no
-    /// sandbox can start, the output store unreachable, or a response that cannot be published. The consumer stops
-    /// dispatching while this holds (it stays in the group; running jobs go on).
+    /// sandbox can start, the output store unreachable, or a response that cannot be
+    /// published. The consumer stops dispatching while this holds (it stays in the group;
+    /// running jobs go on).
     pub fn intake_blocker(&self, scratch_dir: &Path) -> Option<&'static str> {
         let r = self.readiness(scratch_dir);
         if !r.scratch {
