@@ -49,12 +49,14 @@ deploy-check: setup-test
 	python3 scripts/check-image-libs.py target/debug/media-worker Dockerfile
 	python3 scripts/validate-k8s.py target/debug/media-worker
 
-## Supply chain: licences, banned and duplicate crates, sources (deny.toml). Advisories need
+## Supply chain: licences, banned and duplicate crates, sources (deny.toml); formatting; no
+## import cycle between files or folders of src/ (tests/architecture.rs); clippy. Advisories need
 ## the RustSec database from GitHub, which this project's machines cannot reach: `make
 ## audit` runs them where it can.
 lint: setup-test
 	cargo deny check bans licenses sources
 	cargo fmt --all -- --check
+	cargo test --test architecture
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features attack-probe -- -D warnings
 

@@ -1,6 +1,6 @@
 //! How a worker stops: one [`Shutdown`] shared by everything that must stop with it.
 //!
-//! The sequence, driven by `worker::run`:
+//! The sequence, executed by [`Shutdown::stop`] on what the worker runs ([`Stoppable`]):
 //! 1. **Drain** ([`Shutdown::drain`], on SIGTERM or by the caller). No new messages: the pod
 //!    reports not ready and stops fetching; jobs in flight run on, publish their responses and
 //!    have their offsets committed.
@@ -13,7 +13,38 @@
 //!
 //! Abandoning implies draining. Tokens only ever go from running to stopped.
 
+use std::time::Duration;
+
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+/// What the stop sequence stops: the worker's intake, jobs and clients.
+pub trait Stoppable {
+    /// Step 1: take no new work (not ready, no more fetching, no new tasks).
+    fn drain(&self);
+    /// Returns when every job in flight has finished.
+    fn jobs_finished(&self) -> impl Future<Output = ()> + Send;
+    /// Step 2: kill the native work of the jobs still running; returns how many jobs there
+    /// were.
+    fn abandon(&self) -> usize;
+    /// Before step 3: close the media processes, make the final commit, leave the group and
+    /// flush the producer, within `left`.
+    fn close(self, left: Duration) -> impl Future<Output = ()> + Send;
+}
+
+/// How the jobs in flight ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// Every one finished (and was committed).
+    Drained,
+    /// This many were given up at the deadline (they will be redelivered).
+    Abandoned(usize),
+}
+
+/// Of the stop's time, kept for the final commit, leaving the group and flushing.
+fn reserve(timeout: Duration) -> Duration {
+    (timeout / 5).min(Duration::from_secs(3))
+}
 
 #[derive(Clone, Debug)]
 pub struct Shutdown {
@@ -85,11 +116,97 @@ impl Shutdown {
     pub fn finished(&self) -> CancellationToken {
         self.finish.clone()
     }
+
+    /// The whole sequence on `parts`, within `timeout` (`SHUTDOWN_TIMEOUT_SECS`): drain, wait
+    /// for the jobs until the deadline less a reserve, abandon those left, close, finish.
+    pub async fn stop(&self, parts: impl Stoppable, timeout: Duration) -> Stopped {
+        self.drain();
+        let deadline = Instant::now() + timeout;
+        parts.drain();
+        let until = deadline - reserve(timeout);
+        let stopped = match tokio::time::timeout_at(until, parts.jobs_finished()).await {
+            Ok(()) => Stopped::Drained,
+            Err(_) => {
+                self.abandon();
+                Stopped::Abandoned(parts.abandon())
+            }
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        parts.close(left.max(Duration::from_millis(100))).await;
+        self.finish();
+        stopped
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Records the calls the sequence makes; its jobs finish after `jobs_take`.
+    #[derive(Clone)]
+    struct Parts {
+        calls: Arc<Mutex<Vec<String>>>,
+        jobs_take: Duration,
+        shutdown: Shutdown,
+    }
+
+    impl Stoppable for Parts {
+        fn drain(&self) {
+            let drained = self.shutdown.is_draining();
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("drain (draining: {drained})"));
+        }
+        async fn jobs_finished(&self) {
+            tokio::time::sleep(self.jobs_take).await;
+        }
+        fn abandon(&self) -> usize {
+            let abandoned = self.shutdown.is_abandoned();
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("abandon (abandoned: {abandoned})"));
+            2
+        }
+        async fn close(self, left: Duration) {
+            let finished = self.shutdown.finished().is_cancelled();
+            let line = format!("close {}s (finished: {finished})", left.as_secs());
+            self.calls.lock().unwrap().push(line);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_stop_waits_for_jobs_until_the_deadline_less_the_reserve() {
+        for (jobs_take, expected, calls) in [
+            (
+                Duration::from_secs(5),
+                Stopped::Drained,
+                vec!["drain (draining: true)", "close 15s (finished: false)"],
+            ),
+            (
+                Duration::from_secs(60),
+                Stopped::Abandoned(2),
+                vec![
+                    "drain (draining: true)",
+                    "abandon (abandoned: true)",
+                    "close 3s (finished: false)",
+                ],
+            ),
+        ] {
+            let shutdown = Shutdown::new();
+            let parts = Parts {
+                calls: Arc::default(),
+                jobs_take,
+                shutdown: shutdown.clone(),
+            };
+            let stopped = shutdown.stop(parts.clone(), Duration::from_secs(20)).await;
+            assert_eq!(stopped, expected);
+            assert_eq!(*parts.calls.lock().unwrap(), calls);
+            assert!(shutdown.finished().is_cancelled(), "step 3 comes last");
+        }
+    }
 
     #[test]
     fn each_step_stops_what_it_names_and_no_more() {

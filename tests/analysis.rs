@@ -227,7 +227,7 @@ fn analysis_failure_degrades_instead_of_failing() {
     s.analysis.face_cascade = bogus;
     let out = run_with(&s, &corpus("face_recognition_obama.jpg"));
     assert_eq!(out.warnings.len(), 1);
-    assert_eq!(out.warnings[0].code, "analysis_failed");
+    assert_eq!(out.warnings[0].code.as_str(), "analysis_failed");
     let a = image_analysis(&out);
     assert!(a.vision.is_none());
     assert!(

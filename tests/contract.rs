@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use media_worker::contract::{
-    ApiError, DeadLetter, OptimizeResponse, ProgressEvent, ScanVerdict, SourceRef, Status,
+    ApiError, DeadLetter, OptimizeResponse, ProgressEvent, ProgressStatus, ScanVerdict, SourceRef,
+    Status,
 };
 
 fn root() -> &'static Path {
@@ -89,7 +90,7 @@ fn the_documented_examples_match_the_schemas_and_the_types() {
             let _: SourceRef = serde_json::from_str(json).unwrap();
         } else if schema == "progress-event.v1.json" {
             let p: ProgressEvent = serde_json::from_str(json).unwrap();
-            assert!(p.status == "progressing" && (0.0..1.0).contains(&p.progress));
+            assert!(p.status == ProgressStatus::Progressing && (0.0..1.0).contains(&p.progress));
         } else if schema == "api-error.v1.json" {
             let e: ApiError = serde_json::from_str(json).unwrap();
             assert!(media_worker::contract::API_ERROR_CODES.contains(&e.error.code.as_str()));

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use media_worker::config::Settings;
+use media_worker::health::Health;
 use media_worker::kafka::Publisher;
 use media_worker::kafka::producer::{Outgoing, Published};
-use media_worker::telemetry::{Health, Metrics};
+use media_worker::telemetry::Metrics;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;

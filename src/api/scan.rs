@@ -11,13 +11,13 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 
 use crate::contract::{ScanVerdict, SourceRef, Stage};
+use crate::registry::JobHandle;
 use crate::scan::{ScanError, Scanner};
 use crate::scratch::ScratchDir;
 use crate::stages::validate;
 use crate::storage::StorageError;
-use crate::telemetry::registry::JobHandle;
 
-use super::{Api, read_body};
+use super::state::{Api, read_body};
 use crate::access::Grant;
 use axum::Extension;
 

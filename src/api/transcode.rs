@@ -16,7 +16,8 @@ use crate::job::response;
 use crate::stages::validate::{self, Invalid};
 use crate::telemetry::{self, Origin, traces};
 
-use super::{Api, BodyError, read_body, status};
+use super::state::{Api, BodyError, read_body};
+use super::status;
 use crate::access::Grant;
 use axum::Extension;
 

@@ -14,8 +14,9 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 
-use crate::config::{GroupProtocol, Settings};
+use crate::config::Settings;
 use crate::contract::{OptimizeRequest, OptimizeResponse};
+use crate::kafka::GroupProtocol;
 use crate::shutdown::Shutdown;
 use crate::storage::LocalStorage;
 use crate::{job, worker};

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 
 pub mod vocabulary;
 
-pub use vocabulary::{ErrorCode, Failure, MediaType, OutputFormat, Stage, Status};
+pub use vocabulary::{
+    ErrorCode, Failure, MediaType, OutputFormat, ProgressStatus, Stage, Status, WarningCode,
+};
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -295,12 +297,7 @@ pub struct Vision {
 /// A non-fatal problem (status `degraded`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Warning {
-    /// `analysis_failed` (no `vision` block), `poster_failed` (no poster outputs),
-    /// `animation_mp4_failed` (an animated GIF without its MP4 renditions),
-    /// `variant_refitted` (made narrower to fit its format), `variant_skipped` (covered by a
-    /// narrower variant of the same format).
-    #[schemars(extend("enum" = WARNING_CODES))]
-    pub code: String,
+    pub code: WarningCode,
     pub message: String,
 }
 
@@ -320,15 +317,6 @@ pub struct WorkerInfo {
     pub id: String,
     pub version: String,
 }
-
-/// The warning codes of the contract.
-pub const WARNING_CODES: [&str; 5] = [
-    "analysis_failed",
-    "poster_failed",
-    "animation_mp4_failed",
-    "variant_refitted",
-    "variant_skipped",
-];
 
 /// The response to every request, published on `media.optimize.response` keyed by `media_id`
 /// (or `{topic}-{partition}-{offset}` when the request carried none).
@@ -374,8 +362,7 @@ pub struct ProgressEvent {
     pub media_id: String,
     pub user_id: String,
     /// Always `progressing`: the job is not finished.
-    #[schemars(extend("const" = "progressing"))]
-    pub status: String,
+    pub status: ProgressStatus,
     /// Estimated fraction of the job done, in [0, 1); never decreases within a job.
     #[schemars(range(min = 0.0, max = 1.0))]
     pub progress: f32,

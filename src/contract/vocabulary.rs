@@ -1,6 +1,6 @@
 //! The words of the contract, at the bottom of the crate: every value that the response, the
-//! metrics and the logs spell the same way (stages, error codes, statuses, media types, output
-//! formats). This module imports nothing of the crate, so anything may use it.
+//! metrics and the logs spell the same way (stages, error and warning codes, statuses, media
+//! types, output formats). This module imports nothing of the crate, so anything may use it.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -105,6 +105,57 @@ impl ErrorCode {
             Self::MalwareDetected => "malware_detected",
             Self::ScanUnavailable => "scan_unavailable",
             Self::Internal => "internal",
+        }
+    }
+}
+
+/// The warning codes of the contract: a non-fatal problem, the response `degraded`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WarningCode {
+    /// No `vision` block.
+    AnalysisFailed,
+    /// No poster outputs.
+    PosterFailed,
+    /// An animated GIF without its MP4 renditions.
+    AnimationMp4Failed,
+    /// A variant made narrower to fit its format.
+    VariantRefitted,
+    /// A variant covered by a narrower one of the same format.
+    VariantSkipped,
+}
+
+impl WarningCode {
+    pub const ALL: [WarningCode; 5] = [
+        Self::AnalysisFailed,
+        Self::PosterFailed,
+        Self::AnimationMp4Failed,
+        Self::VariantRefitted,
+        Self::VariantSkipped,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AnalysisFailed => "analysis_failed",
+            Self::PosterFailed => "poster_failed",
+            Self::AnimationMp4Failed => "animation_mp4_failed",
+            Self::VariantRefitted => "variant_refitted",
+            Self::VariantSkipped => "variant_skipped",
+        }
+    }
+}
+
+/// A progress event's status: only `progressing` (the response says when a job is done).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ProgressStatus {
+    Progressing,
+}
+
+impl ProgressStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Progressing => "progressing",
         }
     }
 }

@@ -2,7 +2,7 @@
 //! upload → manifest ([`runner`]), with retries of transient failures, to its response
 //! ([`response`]). The message task (`worker::task`) validates before and publishes after. The
 //! lifecycle is explicit (stage, phase, attempt, [`Failure`]) because the response, the metrics
-//! and `/jobs` (`telemetry::registry`) report it.
+//! and `/jobs` (`registry`) report it.
 
 pub mod response;
 mod runner;

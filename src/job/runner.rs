@@ -14,6 +14,7 @@ use crate::contract::{
 use crate::error::JobError;
 use crate::media::sniff::{self, Sniffed};
 use crate::media::{Event, MediaError, Role};
+use crate::registry::{JobHandle, Phase};
 use crate::retry;
 use crate::sandbox::{Executor, Work};
 use crate::scratch::{self, ScratchDir};
@@ -22,7 +23,6 @@ use crate::stages::manifest::{self, Manifest};
 use crate::stages::resume::{self, Landed};
 use crate::stages::{download, upload};
 use crate::storage::Head;
-use crate::telemetry::registry::{JobHandle, Phase};
 
 use super::response::{self, Done, Ending, Failure, Partial};
 use super::services::Services;

@@ -4,12 +4,14 @@ use std::sync::Arc;
 
 use crate::config::{Isolation, Settings};
 use crate::contract::WorkerInfo;
+use crate::health::Health;
 use crate::media;
+use crate::registry::Registry;
 use crate::sandbox::{self, Executor};
 use crate::scan::Scanner;
 use crate::scratch;
 use crate::storage::Storage;
-use crate::telemetry::{Health, Metrics, Registry};
+use crate::telemetry::Metrics;
 
 /// What every job shares.
 #[derive(Clone)]

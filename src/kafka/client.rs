@@ -3,7 +3,7 @@
 
 use rdkafka::ClientConfig;
 
-use crate::config::{GroupProtocol, KafkaSettings};
+use super::settings::{GroupProtocol, KafkaSettings};
 
 /// Our defaults first, then every `[kafka.properties]` / `KAFKA_PROPERTY_*` entry, so an
 /// operator can override anything.

@@ -45,8 +45,9 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::flow::{Flow, Intake};
 use super::offsets::{OffsetToken, OffsetTracker, Tp};
-use crate::config::{GroupProtocol, Settings};
-use crate::telemetry::{Health, Metrics};
+use super::settings::{GroupProtocol, KafkaSettings};
+use crate::health::Health;
+use crate::telemetry::Metrics;
 
 /// The longest the loop sleeps without anything waking it (a safety net for missed wakes).
 const POLL_TIMEOUT: Duration = Duration::from_millis(100);
@@ -333,9 +334,12 @@ struct LoopConfig {
 }
 
 impl KafkaSource {
-    /// Subscribes to the request topic and starts polling. Deliveries arrive on the receiver.
+    /// Subscribes to the request topic and starts polling, with at most `max_in_flight`
+    /// messages dispatched and unfinished. Deliveries arrive on the receiver.
     pub fn start(
-        settings: &Settings,
+        settings: &KafkaSettings,
+        max_in_flight: usize,
+        scratch_dir: std::path::PathBuf,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
     ) -> KafkaResult<(KafkaSource, Acker, UnboundedReceiver<Delivery>)> {
@@ -352,18 +356,18 @@ impl KafkaSource {
             }),
             metrics,
             health,
-            revoke_drain: Duration::from_secs(settings.kafka.revoke_drain_secs),
+            revoke_drain: Duration::from_secs(settings.revoke_drain_secs),
         };
         let mut consumer: BaseConsumer<SourceContext> =
-            super::client::consumer_config(&settings.kafka).create_with_context(context)?;
+            super::client::consumer_config(settings).create_with_context(context)?;
         consumer.set_nonempty_callback(waker(&cmd_tx));
-        consumer.subscribe(&[settings.kafka.request_topic.as_str()])?;
+        consumer.subscribe(&[settings.request_topic.as_str()])?;
         let cmd_wake = cmd_tx.clone();
         let cfg = LoopConfig {
-            max_in_flight: settings.max_in_flight().max(1),
-            group_protocol: settings.kafka.group_protocol,
-            commit_interval: Duration::from_millis(settings.kafka.commit_interval_ms),
-            scratch_dir: settings.worker.tmp_dir.clone(),
+            max_in_flight: max_in_flight.max(1),
+            group_protocol: settings.group_protocol,
+            commit_interval: Duration::from_millis(settings.commit_interval_ms),
+            scratch_dir,
         };
         let thread = std::thread::Builder::new()
             .name("kafka-poll".into())

@@ -7,6 +7,8 @@ pub mod consumer;
 pub mod flow;
 pub mod offsets;
 pub mod producer;
+pub mod settings;
 
 pub use consumer::{Acker, Delivery, KafkaSource};
 pub use producer::Publisher;
+pub use settings::{GroupProtocol, KafkaSettings};

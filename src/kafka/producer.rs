@@ -29,10 +29,11 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::KafkaSettings;
+use super::settings::KafkaSettings;
 use crate::contract::{DeadLetter, RecordOrigin, SCHEMA_VERSION};
+use crate::health::Health;
 use crate::retry::backoff;
-use crate::telemetry::{Health, Metrics};
+use crate::telemetry::Metrics;
 
 /// How long a record may wait for its acknowledgement before the pod stops taking work.
 pub const HOLD_AFTER: Duration = Duration::from_secs(10);

@@ -273,9 +273,7 @@ mod tests {
 
     #[test]
     fn the_analysis_copy_is_as_small_as_faces_and_blur_allow() {
-        let cfg = crate::config::Settings::load_from(None, Vec::new())
-            .unwrap()
-            .analysis;
+        let cfg: AnalysisSettings = crate::media::settings::defaults::section("analysis");
         // Faces are searched on a 286 px short side (20 px window / 0.07); blur on 512 px.
         assert_eq!(working_side(3000, 2000, &cfg), 512);
         assert_eq!(working_side(2000, 3000, &cfg), 512);

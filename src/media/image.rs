@@ -13,7 +13,7 @@ use super::settings::{AnalysisSettings, MediaJob, Profile};
 use super::sniff;
 use super::transform;
 use super::vips;
-use crate::contract::{Analysis, MediaType, OutputFormat, Point, Stage, Warning};
+use crate::contract::{Analysis, MediaType, OutputFormat, Point, Stage, Warning, WarningCode};
 
 /// The image pipeline. The input is decoded once, at the start of analyze (or of transform,
 /// without analysis).
@@ -46,7 +46,7 @@ pub(crate) fn run(
             Err(e) => e,
         };
         warnings.push(Warning {
-            code: "analysis_failed".into(),
+            code: WarningCode::AnalysisFailed,
             message,
         });
         analyze::basic(&probe)

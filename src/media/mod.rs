@@ -23,7 +23,7 @@ mod webpmux;
 
 use std::path::Path;
 
-use crate::contract::{MediaType, Stage, Warning};
+use crate::contract::{MediaType, Stage, Warning, WarningCode};
 use error::at;
 use sniff::Sniffed;
 
@@ -64,7 +64,7 @@ pub fn process(
                     }
                     Err(f) if f.error.is_local() => return Err(f),
                     Err(f) => out.warnings.push(Warning {
-                        code: "animation_mp4_failed".into(),
+                        code: WarningCode::AnimationMp4Failed,
                         message: f.error.to_string(),
                     }),
                 }

@@ -1,11 +1,13 @@
 //! What the media code is asked to do with one input ([`MediaJob`]) and the settings it takes:
-//! the profile, the limits, the analysis and video sections (deserialised by `config`).
+//! the profile, the limits, the analysis and video sections (loaded by `config`), each
+//! checking itself here ([`Section`]).
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{MediaType, OutputFormat};
+use crate::section::{Invalid, Section, ensure};
 
 /// What to do with one input.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -167,4 +169,147 @@ pub struct ThumbnailSpec {
 pub struct FormatSpec {
     pub format: OutputFormat,
     pub quality: u8,
+}
+
+impl Section for Limits {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(
+            self.max_video_seconds > 0
+                && self.max_video_pixels > 0
+                && self.max_input_bytes > 0
+                && self.max_image_pixels > 0,
+            "",
+            "limits must be positive",
+        )
+    }
+}
+
+impl Section for VideoSettings {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(
+            self.timeout_base_secs > 0
+                && self.timeout_per_second > 0.0
+                && self.poster_candidates > 0,
+            "",
+            "timeout_base_secs, timeout_per_second and poster_candidates must be positive",
+        )
+    }
+}
+
+impl Section for AnalysisSettings {
+    fn validate(&self) -> Result<(), Invalid> {
+        let cascades = std::iter::once(("face_cascade", &self.face_cascade))
+            .chain(self.profile_cascade.iter().map(|p| ("profile_cascade", p)));
+        for (key, path) in cascades {
+            ensure(
+                path.is_file(),
+                key,
+                format!(
+                    "cascade file {} not found (apt-get install opencv-data)",
+                    path.display()
+                ),
+            )?;
+        }
+        let ratio = |r: f64| r > 0.0 && r <= 1.0;
+        ensure(
+            ratio(self.min_face_ratio) && ratio(self.first_pass_face_ratio),
+            "",
+            "min_face_ratio and first_pass_face_ratio must be in (0, 1]",
+        )?;
+        ensure(
+            self.scale_factor > 1.0 && self.min_neighbors >= 1 && self.max_side >= 64,
+            "",
+            "need scale_factor > 1, min_neighbors >= 1, max_side >= 64",
+        )
+    }
+}
+
+/// The largest thumbnail side: a thumbnail is made in every format of its profile, and 4,096
+/// px is far beyond what a thumbnail is for while well inside every format's limit.
+pub const MAX_THUMBNAIL_SIDE: u32 = 4096;
+
+impl Section for Profile {
+    fn validate(&self) -> Result<(), Invalid> {
+        ensure(
+            !self.widths.is_empty() && self.widths.iter().all(|w| (1..=16384).contains(w)),
+            "widths",
+            "need 1 to 16384 px each, at least one",
+        )?;
+        ensure(
+            !self.formats.is_empty(),
+            "formats",
+            "need at least one format",
+        )?;
+        ensure(
+            self.formats.iter().all(|f| (1..=100).contains(&f.quality)),
+            "formats",
+            "quality must be 1-100",
+        )?;
+        if let Some(t) = self.thumbnail {
+            let side = 1..=MAX_THUMBNAIL_SIDE;
+            ensure(
+                side.contains(&t.width) && side.contains(&t.height),
+                "thumbnail",
+                format!("need 1 to {MAX_THUMBNAIL_SIDE} px"),
+            )?;
+        }
+        ensure(
+            !self.renditions.is_empty()
+                && self
+                    .renditions
+                    .iter()
+                    .all(|r| (16..=4320).contains(&r.height) && r.crf <= 51),
+            "renditions",
+            "need at least one, height 16-4320, crf 0-51",
+        )
+    }
+}
+
+/// The embedded defaults' media sections, for unit tests: the media code does not import
+/// `config`, which imports it.
+#[cfg(test)]
+pub(crate) mod defaults {
+    use figment::Figment;
+    use figment::providers::{Format, Toml};
+
+    use super::*;
+
+    const TOML: &str = include_str!("../../config/default.toml");
+
+    pub fn section<T: serde::de::DeserializeOwned>(key: &str) -> T {
+        Figment::from(Toml::string(TOML))
+            .extract_inner(key)
+            .unwrap_or_else(|e| panic!("{key}: {e}"))
+    }
+
+    /// What the default settings ask of one input with `profile`.
+    pub fn job(profile: &str) -> MediaJob {
+        MediaJob {
+            profile: section(&format!("profiles.{profile}")),
+            limits: section("limits"),
+            analysis: section("analysis"),
+            video: section("video"),
+            ffmpeg_threads: 1,
+            hint: None,
+            resume: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thumbnail_is_refused_past_its_largest_side_and_at_zero() {
+        let mut p: Profile = defaults::section("profiles.default");
+        let mut with = |width, height| {
+            p.thumbnail = Some(ThumbnailSpec { width, height });
+            p.validate().map_err(|e| e.key)
+        };
+        assert_eq!(with(MAX_THUMBNAIL_SIDE, MAX_THUMBNAIL_SIDE), Ok(()));
+        assert_eq!(with(MAX_THUMBNAIL_SIDE + 1, 100), Err("thumbnail".into()));
+        assert_eq!(with(100, MAX_THUMBNAIL_SIDE + 1), Err("thumbnail".into()));
+        assert_eq!(with(0, 100), Err("thumbnail".into()));
+    }
 }

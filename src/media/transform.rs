@@ -13,7 +13,7 @@ use super::probe::Probe;
 use super::settings::{FormatSpec, Profile, ThumbnailSpec};
 use super::sniff::ImageFormat;
 use super::vips::{Image, VipsError};
-use crate::contract::{OutputFormat, Point, Rect, Warning};
+use crate::contract::{OutputFormat, Point, Rect, Warning, WarningCode};
 
 const WHITE: [f64; 3] = [255.0, 255.0, 255.0];
 
@@ -221,7 +221,7 @@ pub fn plan_variants(
                 Fit::Fits => w,
                 Fit::Refitted { width, height } => {
                     warnings.push(Warning {
-                        code: "variant_refitted".into(),
+                        code: WarningCode::VariantRefitted,
                         message: format!(
                             "{asked}: made at {width}x{height} as {width}w.{}",
                             f.ext()
@@ -231,7 +231,7 @@ pub fn plan_variants(
                 }
                 Fit::Skipped => {
                     warnings.push(Warning {
-                        code: "variant_skipped".into(),
+                        code: WarningCode::VariantSkipped,
                         message: format!("{asked}: not made (a narrower {} covers it)", f.label()),
                     });
                     continue;
@@ -494,7 +494,7 @@ mod tests {
         assert_eq!(plan[&884], [formats[0]]);
         assert_eq!(plan[&1080], [formats[1]]);
         assert_eq!(warnings.len(), 1);
-        assert_eq!(warnings[0].code, "variant_refitted");
+        assert_eq!(warnings[0].code, WarningCode::VariantRefitted);
         assert_eq!(
             warnings[0].message,
             "1080w.webp would be 1080x20000 px, over WebP's 16383 px limit: made at 884x16370 \

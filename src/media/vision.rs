@@ -549,11 +549,11 @@ pub fn attention(gray: &Mat) -> CvResult<(f64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Settings;
+    use crate::media::settings::defaults;
 
     /// Settings without the profile cascade, and a corpus photo in grey.
     fn frontal_only(name: &str) -> (AnalysisSettings, Mat) {
-        let mut cfg = Settings::load_from(None, Vec::new()).unwrap().analysis;
+        let mut cfg: AnalysisSettings = defaults::section("analysis");
         cfg.profile_cascade = None;
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../shared/corpus")
@@ -630,7 +630,7 @@ mod tests {
 
         // And the profile cascade is what finds the family's turned heads.
         let (frontal, gray) = frontal_only("dlib_2007_007763.jpg");
-        let with_profile = Settings::load_from(None, Vec::new()).unwrap().analysis;
+        let with_profile: AnalysisSettings = defaults::section("analysis");
         assert!(with_profile.profile_cascade.is_some());
         let (a, b) = (
             faces(&gray, &frontal).unwrap(),

@@ -9,7 +9,8 @@
 //!   it forks one job process per job and kills whatever that process left.
 //! - `child`: the job process, which confines itself (`layers`, `confine`) before it reads
 //!   the input.
-//! - `protocol`: what they say; `lines`, `stderr_tail`: reading it bounded.
+//! - `work`: one job's work as both sides see it; `protocol`: what they say; `lines`,
+//!   `stderr_tail`: reading it bounded.
 
 #[cfg(feature = "attack-probe")]
 pub mod attack;
@@ -22,8 +23,8 @@ mod pool;
 pub mod protocol;
 pub mod server;
 mod stderr_tail;
+mod work;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -31,41 +32,12 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::contract::{Failure, Stage};
-use crate::media::{self, Control, Event, MediaError, MediaFailure, MediaJob, MediaOutput};
+use crate::media::{self, Control, Event, MediaError, MediaFailure, MediaOutput};
 
 pub use confine::Limits;
 pub use layers::Layers;
 pub use pool::{Pool, PoolConfig};
-
-/// One job's media work.
-#[derive(Debug, Clone)]
-pub struct Work {
-    pub job: MediaJob,
-    pub input: PathBuf,
-    pub out_dir: PathBuf,
-    /// The work's `TMPDIR`.
-    pub tmp_dir: PathBuf,
-    /// Time limit, until the work announces its own (`Event::TimeLimit`, a video's).
-    pub limit: Duration,
-    /// The most the work may announce: the worker's own figure for this job.
-    pub max_limit: Duration,
-}
-
-impl Work {
-    /// The work of `job` in a scratch directory: the limit `limit` until a video announces its
-    /// own, at most what its profile and limits allow.
-    pub fn new(job: MediaJob, scratch: &crate::scratch::ScratchDir, limit: Duration) -> Work {
-        let max_limit = media::video::time_ceiling(&job).max(limit);
-        Work {
-            job,
-            input: scratch.source(),
-            out_dir: scratch.out_dir(),
-            tmp_dir: scratch.tmp_dir(),
-            limit,
-            max_limit,
-        }
-    }
-}
+pub use work::Work;
 
 /// Runs media work inline or in sandbox children.
 #[derive(Clone)]

@@ -14,7 +14,7 @@ use crate::contract::{Failure, Stage};
 use crate::media::output::expected_name;
 use crate::media::{MediaError, MediaFailure, MediaOutput};
 
-use super::Work;
+use super::work::Work;
 
 /// More files than any profile makes (every width × format, thumbnails, renditions, poster).
 pub const MAX_FILES: usize = 256;
@@ -122,9 +122,8 @@ mod tests {
     fn only_regular_files_beneath_the_output_directory_under_the_workers_names() {
         let dir = tempfile::tempdir().unwrap();
         let scratch = crate::scratch::ScratchDir::create(dir.path(), "job-t").unwrap();
-        let settings = crate::config::Settings::load_from(None, Vec::new()).unwrap();
         let work = Work::new(
-            settings.media_job("default", None),
+            crate::media::settings::defaults::job("default"),
             &scratch,
             std::time::Duration::from_secs(5),
         );

@@ -27,7 +27,8 @@ use crate::media::{Event, MediaError, MediaFailure, MediaOutput};
 use super::confine::{self, Limits};
 use super::lines::{BoundedLines, Line};
 use super::protocol::{Ended, Exit, Frame, MAX_LINE, Reply, Request};
-use super::{Work, layers, outputs, stderr_tail};
+use super::work::Work;
+use super::{layers, outputs, stderr_tail};
 
 /// How long a server may take to report a job process's end once it was killed (or answered),
 /// to start, or to take a request, before it is killed itself.

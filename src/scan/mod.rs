@@ -6,7 +6,11 @@
 //! how failures are classified ([`ScanError`]) are ours: the crate's `clean()` would take any
 //! reply without `FOUND`, an `ERROR` included, for a clean file.
 
-use std::path::{Path, PathBuf};
+mod settings;
+
+pub use settings::{ClamdAddr, ScanSettings};
+
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,32 +23,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::contract::ScanVerdict;
 use crate::telemetry::Metrics;
-
-/// Where clamd listens: `tcp://host:port` or `unix:///path`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClamdAddr {
-    Tcp(String),
-    Unix(PathBuf),
-}
-
-impl std::str::FromStr for ClamdAddr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        if let Some(hostport) = s.strip_prefix("tcp://") {
-            let port = hostport
-                .rsplit_once(':')
-                .and_then(|(h, p)| (!h.is_empty()).then(|| p.parse::<u16>().ok()).flatten());
-            return match port {
-                Some(_) => Ok(ClamdAddr::Tcp(hostport.to_owned())),
-                None => Err(format!("`{s}`: expected tcp://host:port")),
-            };
-        }
-        match s.strip_prefix("unix://") {
-            Some(path) if path.starts_with('/') => Ok(ClamdAddr::Unix(path.into())),
-            _ => Err(format!("`{s}`: expected tcp://host:port or unix:///path")),
-        }
-    }
-}
 
 /// What clamd answered to INSTREAM.
 #[derive(Debug, Clone, PartialEq, Eq)]

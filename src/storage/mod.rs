@@ -4,7 +4,9 @@
 mod interface;
 mod local;
 mod s3;
+mod settings;
 
 pub use interface::{Head, ObjectMeta, SourceObject, Storage, StorageError};
 pub use local::LocalStorage;
 pub use s3::S3Storage;
+pub use settings::StorageSettings;

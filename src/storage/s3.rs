@@ -15,7 +15,7 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use tokio::io::AsyncWriteExt;
 
 use super::interface::{Head, ObjectMeta, SourceObject, Storage, StorageError};
-use crate::config::StorageSettings;
+use super::settings::StorageSettings;
 use crate::contract::SourceRef;
 
 /// Parts of a multipart upload (S3's minimum is 5 MiB).

@@ -1,17 +1,12 @@
-//! Telemetry in one place: metrics, logs, trace context, the registry of running jobs, and the
-//! HTTP endpoints serving them.
+//! Telemetry only records: metrics, logs and trace context. What it records is served by
+//! `http::ops`; what decides (readiness, the jobs in progress) lives in `health` and `job`.
 
-pub mod health;
-pub mod http;
 mod logs;
 mod metrics;
-pub mod registry;
 pub mod traces;
 
-pub use health::Health;
 pub use logs::{Origin, job_finished};
 pub use metrics::Metrics;
-pub use registry::{JobHandle, Registry};
 
 /// JSON log lines on stderr with the trace and span ids of their span (see [`logs`];
 /// `RUST_LOG` filters, default `info`) and trace spans (see

@@ -1,22 +1,26 @@
-//! The `run` command's engine: poll → spawn → drain. Consumer deliveries become message tasks
-//! ([`task`]: validate, run the job, publish, ack); the stop sequence is [`Shutdown`]'s.
+//! The `run` command's engine, in the shape of mini-redis's `server.rs`: [`Worker::start`]
+//! brings up the operations listener, the probes, the job API and Kafka intake;
+//! [`Worker::run`] is poll → spawn until the drain (or the consumer stops), each delivery a
+//! message task ([`task`]: validate, run the job, publish, ack); then the worker is handed to
+//! [`Shutdown::stop`], which executes the stop sequence on it ([`Stoppable`]).
 
 mod progress;
 mod task;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 
 use crate::api;
+use crate::health::watch_storage;
+use crate::http::ops::{self, HttpState};
 use crate::job::{JobRunner, Services};
 use crate::kafka::{Delivery, KafkaSource, Publisher};
-use crate::shutdown::Shutdown;
-use crate::telemetry::health::watch_storage;
-use crate::telemetry::http::{self, HttpState};
+use crate::shutdown::{Shutdown, Stoppable, Stopped};
+use progress::Progress;
 use task::Ctx;
 
 /// How a `run` ended.
@@ -42,17 +46,42 @@ type Deliveries = tokio::sync::mpsc::UnboundedReceiver<Delivery>;
 impl Intake {
     fn start(svc: &Services, shutdown: &Shutdown) -> anyhow::Result<(Intake, Deliveries)> {
         let (settings, health) = (&svc.settings, &svc.health);
-        let (source, acker, deliveries) =
-            KafkaSource::start(settings, svc.metrics.clone(), health.clone())?;
-        let publisher = Publisher::new(&settings.kafka, svc.metrics.clone(), health.clone())?;
+        let (source, acker, deliveries) = KafkaSource::start(
+            &settings.kafka,
+            settings.max_in_flight(),
+            settings.worker.tmp_dir.clone(),
+            svc.metrics.clone(),
+            health.clone(),
+        )?;
+        let publisher = Arc::new(Publisher::new(
+            &settings.kafka,
+            svc.metrics.clone(),
+            health.clone(),
+        )?);
+        let progress = Progress::new(
+            &settings.kafka,
+            publisher.clone(),
+            svc.metrics.clone(),
+            svc.worker.clone(),
+        );
         let ctx = Arc::new(Ctx {
             runner: JobRunner::new(svc.clone(), shutdown.clone()),
             publisher,
             acker,
             shutdown: shutdown.clone(),
+            progress,
         });
         Ok((Intake { source, ctx }, deliveries))
     }
+}
+
+/// A started worker: what [`Worker::run`] feeds and what the stop sequence stops.
+pub struct Worker {
+    svc: Services,
+    intake: Option<(Intake, Deliveries)>,
+    api: Option<api::Running>,
+    /// The message tasks.
+    tasks: TaskTracker,
 }
 
 /// Runs the worker until `shutdown` drains, then stops as `Shutdown` documents. `bound`
@@ -62,129 +91,146 @@ pub async fn run(
     shutdown: Shutdown,
     bound: Option<oneshot::Sender<SocketAddr>>,
 ) -> anyhow::Result<Exit> {
-    let settings = svc.settings.clone();
-    let health = svc.health.clone();
-    let state = HttpState {
-        metrics: svc.metrics.clone(),
-        registry: svc.registry.clone(),
-        health: health.clone(),
-        scratch_dir: settings.worker.tmp_dir.clone(),
-        tokens: svc.tokens.clone(),
+    let timeout = svc.settings.shutdown_timeout();
+    let mut worker = Worker::start(svc, &shutdown, bound).await?;
+    let consumer_failed = worker.run(&shutdown).await;
+    let exit = match shutdown.stop(worker, timeout).await {
+        Stopped::Drained if consumer_failed => Exit::ConsumerFailed,
+        Stopped::Drained => Exit::Drained,
+        Stopped::Abandoned(n) => Exit::Abandoned(n),
     };
-    let limits = http::Limits {
-        max_connections: settings.http.max_connections.max(1),
-        header_timeout: Duration::from_millis(settings.http.header_timeout_ms),
-        max_body_bytes: settings.http.max_body_bytes,
-    };
-    let addr = http::serve(settings.http.addr, state, limits, shutdown.finished()).await?;
-    tracing::info!(%addr, pool = settings.pool_size(), "http listening");
-    if let Some(tx) = bound {
-        let _ = tx.send(addr);
-    }
+    tracing::info!(?exit, "worker stopped");
+    Ok(exit)
+}
 
-    tokio::spawn(watch_storage(
-        svc.storage.clone(),
-        settings.storage.output_bucket.clone(),
-        Duration::from_secs(settings.storage.probe_interval_secs),
-        health.clone(),
-        shutdown.finished(),
-    ));
-    if let Some(scanner) = &svc.scanner {
-        tokio::spawn(crate::scan::watch(
-            scanner.clone(),
-            Duration::from_secs(settings.scan.probe_interval_secs),
+impl Worker {
+    /// The operations listener, the storage and clamd probes, the job API (when configured)
+    /// and Kafka intake (unless `KAFKA_INTAKE=false`); the pod is ready from here.
+    pub async fn start(
+        svc: Services,
+        shutdown: &Shutdown,
+        bound: Option<oneshot::Sender<SocketAddr>>,
+    ) -> anyhow::Result<Worker> {
+        let settings = svc.settings.clone();
+        let state = HttpState {
+            metrics: svc.metrics.clone(),
+            registry: svc.registry.clone(),
+            health: svc.health.clone(),
+            scratch_dir: settings.worker.tmp_dir.clone(),
+            tokens: svc.tokens.clone(),
+        };
+        let limits = settings.http.limits();
+        let addr = ops::serve(settings.http.addr, state, limits, shutdown.finished()).await?;
+        tracing::info!(%addr, pool = settings.pool_size(), "http listening");
+        if let Some(tx) = bound {
+            let _ = tx.send(addr);
+        }
+        tokio::spawn(watch_storage(
+            svc.storage.clone(),
+            settings.storage.output_bucket.clone(),
+            Duration::from_secs(settings.storage.probe_interval_secs),
+            svc.health.clone(),
             shutdown.finished(),
         ));
+        if let Some(scanner) = &svc.scanner {
+            tokio::spawn(crate::scan::watch(
+                scanner.clone(),
+                Duration::from_secs(settings.scan.probe_interval_secs),
+                shutdown.finished(),
+            ));
+        }
+        let api = match settings.api.addr {
+            Some(_) => Some(api::serve(svc.clone(), shutdown.clone()).await?),
+            None => None,
+        };
+        let intake = if settings.kafka.intake {
+            Some(Intake::start(&svc, shutdown)?)
+        } else {
+            tracing::info!("KAFKA_INTAKE=false: serving the job API only");
+            None
+        };
+        svc.health.set_consuming(true);
+        Ok(Worker {
+            svc,
+            intake,
+            api,
+            tasks: TaskTracker::new(),
+        })
     }
-    let api = match settings.api.addr {
-        Some(_) => Some(api::serve(svc.clone(), shutdown.clone()).await?),
-        None => None,
-    };
-    let (intake, deliveries) = if settings.kafka.intake {
-        let (i, d) = Intake::start(&svc, &shutdown)?;
-        (Some(i), Some(d))
-    } else {
-        tracing::info!("KAFKA_INTAKE=false: serving the job API only");
-        (None, None)
-    };
-    let tasks = TaskTracker::new();
-    health.set_consuming(true);
 
-    // Poll → spawn.
-    let mut consumer_failed = false;
-    match (&intake, deliveries) {
-        (Some(Intake { ctx, .. }), Some(mut deliveries)) => {
-            tracing::info!(topic = %settings.kafka.request_topic, "consuming");
-            loop {
-                tokio::select! {
-                    biased;
-                    _ = shutdown.draining() => break,
-                    d = deliveries.recv() => match d {
-                        Some(d) => { tasks.spawn(task::handle(d, ctx.clone())); }
-                        None => {
-                            tracing::error!("consumer stopped");
-                            consumer_failed = true;
-                            break;
-                        }
-                    },
-                }
+    /// Poll → spawn until the drain; `true` when the consumer stopped by itself first.
+    pub async fn run(&mut self, shutdown: &Shutdown) -> bool {
+        let Some((Intake { ctx, .. }, deliveries)) = &mut self.intake else {
+            shutdown.draining().await;
+            return false;
+        };
+        tracing::info!(topic = %self.svc.settings.kafka.request_topic, "consuming");
+        loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.draining() => return false,
+                d = deliveries.recv() => match d {
+                    Some(d) => { self.tasks.spawn(task::handle(d, ctx.clone())); }
+                    None => {
+                        tracing::error!("consumer stopped");
+                        return true;
+                    }
+                },
             }
         }
-        _ => shutdown.draining().await,
     }
 
-    // Drain: not ready, no new messages, in-flight jobs finish and publish.
-    shutdown.drain();
-    let deadline = Instant::now() + settings.shutdown_timeout();
-    health.set_consuming(false);
-    if let Some(i) = &intake {
-        i.source.stop_fetching();
+    /// The job API's tasks (none without the API).
+    fn api_jobs(&self) -> TaskTracker {
+        self.api
+            .as_ref()
+            .map_or_else(TaskTracker::new, |a| a.jobs.clone())
     }
-    tasks.close();
-    // The API stopped taking requests at the drain; its running jobs count like the others.
-    let (api_jobs, api_media) = match api {
-        Some(a) => (a.jobs, Some(a.media)),
-        None => (TaskTracker::new(), None),
-    };
-    api_jobs.close();
-    // Keep a little of the budget for the final commit, leaving the group and flushing.
-    let reserve = (settings.shutdown_timeout() / 5).min(Duration::from_secs(3));
-    tracing::info!(in_flight = svc.registry.len(), "draining");
-    let all = async { tokio::join!(tasks.wait(), api_jobs.wait()) };
-    let drained = tokio::time::timeout_at((deadline - reserve).into(), all)
-        .await
-        .is_ok();
-    let exit = if drained && consumer_failed {
-        Exit::ConsumerFailed
-    } else if drained {
-        Exit::Drained
-    } else {
-        let left = svc.registry.len();
+}
+
+impl Stoppable for Worker {
+    /// Not ready, no new messages; in-flight jobs finish and publish. The API stopped taking
+    /// requests at the drain; its running jobs count like the others.
+    fn drain(&self) {
+        self.svc.health.set_consuming(false);
+        if let Some((intake, _)) = &self.intake {
+            intake.source.stop_fetching();
+        }
+        self.tasks.close();
+        self.api_jobs().close();
+        tracing::info!(in_flight = self.svc.registry.len(), "draining");
+    }
+
+    async fn jobs_finished(&self) {
+        let api_jobs = self.api_jobs();
+        tokio::join!(self.tasks.wait(), api_jobs.wait());
+    }
+
+    /// Kills the sandboxes and any ffmpeg now, so that none outlives the worker.
+    fn abandon(&self) -> usize {
+        let left = self.svc.registry.len();
         tracing::error!(
             abandoned = left,
             "shutdown deadline reached, abandoning jobs"
         );
-        shutdown.abandon();
-        // Kill the sandboxes and any ffmpeg now, so that none outlives the worker.
-        let killed = svc.media.kill_all() + api_media.as_ref().map_or(0, |m| m.kill_all());
+        let api_media = self.api.as_ref().map_or(0, |a| a.media.kill_all());
+        let killed = self.svc.media.kill_all() + api_media;
         if killed > 0 {
             tracing::warn!(killed, "media processes killed");
         }
-        Exit::Abandoned(left)
-    };
-    svc.media.close().await;
-    if let Some(m) = &api_media {
-        m.close().await;
+        left
     }
-    if let Some(Intake { source, ctx }) = intake {
-        tokio::task::spawn_blocking(move || source.close()).await?;
-        ctx.publisher.flush(
-            deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(100)),
-        );
+
+    async fn close(self, left: Duration) {
+        self.svc.media.close().await;
+        if let Some(a) = &self.api {
+            a.media.close().await;
+        }
+        if let Some((Intake { source, ctx }, _)) = self.intake {
+            if let Err(e) = tokio::task::spawn_blocking(move || source.close()).await {
+                tracing::error!(error = %e, "closing the consumer failed");
+            }
+            ctx.publisher.flush(left);
+        }
     }
-    shutdown.finish();
-    tracing::info!(?exit, "worker stopped");
-    Ok(exit)
 }

@@ -12,9 +12,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::task::Ctx;
-use crate::contract::{OptimizeRequest, ProgressEvent, SCHEMA_VERSION, Stage};
-use crate::telemetry::registry::{JobHandle, JobProgress};
+use crate::contract::{
+    OptimizeRequest, ProgressEvent, ProgressStatus, SCHEMA_VERSION, Stage, WorkerInfo,
+};
+use crate::kafka::{KafkaSettings, Publisher};
+use crate::registry::{JobHandle, JobProgress};
+use crate::telemetry::Metrics;
 
 /// How long one event may take to be acknowledged.
 const SEND_TIMEOUT: Duration = Duration::from_secs(5);
@@ -83,6 +86,37 @@ impl Gate {
     }
 }
 
+/// What the followers of this worker's jobs need: where to publish and how often.
+pub(super) struct Progress {
+    publisher: Arc<Publisher>,
+    metrics: Arc<Metrics>,
+    worker: WorkerInfo,
+    topic: String,
+    delay: Duration,
+    step: f32,
+    interval: Duration,
+}
+
+impl Progress {
+    /// `None` when progress events are off (no progress topic).
+    pub fn new(
+        settings: &KafkaSettings,
+        publisher: Arc<Publisher>,
+        metrics: Arc<Metrics>,
+        worker: WorkerInfo,
+    ) -> Option<Arc<Progress>> {
+        Some(Arc::new(Progress {
+            topic: settings.progress_topic()?.to_owned(),
+            delay: Duration::from_secs(settings.progress_delay_secs),
+            step: settings.progress_step,
+            interval: Duration::from_secs(settings.progress_interval_secs),
+            publisher,
+            metrics,
+            worker,
+        }))
+    }
+}
+
 /// A job's follower: stop it with [`Follower::finish`] before publishing the response.
 pub(super) struct Follower {
     stop: CancellationToken,
@@ -90,16 +124,13 @@ pub(super) struct Follower {
 }
 
 impl Follower {
-    /// Starts following `job` when progress events are on.
-    pub fn start(ctx: &Arc<Ctx>, req: &OptimizeRequest, job: &JobHandle) -> Option<Follower> {
-        let settings = &ctx.runner.services().settings;
-        let topic = settings.progress_topic()?.to_owned();
-        let k = &settings.kafka;
+    /// Starts following `job`.
+    pub fn start(progress: &Arc<Progress>, req: &OptimizeRequest, job: &JobHandle) -> Follower {
         let gate = Gate::new(
             Instant::now(),
-            Duration::from_secs(k.progress_delay_secs),
-            k.progress_step,
-            Duration::from_secs(k.progress_interval_secs),
+            progress.delay,
+            progress.step,
+            progress.interval,
         );
         let stop = CancellationToken::new();
         let template = ProgressEvent {
@@ -107,26 +138,19 @@ impl Follower {
             request_id: req.request_id.clone(),
             media_id: req.media_id.clone(),
             user_id: req.user_id.clone(),
-            status: "progressing".into(),
+            status: ProgressStatus::Progressing,
             progress: 0.0,
             stage: Stage::Validate,
             attempt: 0,
             elapsed_ms: 0,
-            worker: ctx.runner.services().worker.clone(),
+            worker: progress.worker.clone(),
             at: String::new(),
         };
-        let follow = follow(
-            ctx.clone(),
-            topic,
-            template,
-            gate,
-            job.watch(),
-            stop.clone(),
-        );
-        Some(Follower {
+        let follow = follow(progress.clone(), template, gate, job.watch(), stop.clone());
+        Follower {
             stop,
             task: tokio::spawn(follow),
-        })
+        }
     }
 
     /// Stops following; returns once no event is being sent.
@@ -137,15 +161,13 @@ impl Follower {
 }
 
 async fn follow(
-    ctx: Arc<Ctx>,
-    topic: String,
+    out: Arc<Progress>,
     mut event: ProgressEvent,
     mut gate: Gate,
     mut job: tokio::sync::watch::Receiver<JobProgress>,
     stop: CancellationToken,
 ) {
     let started = Instant::now();
-    let metrics = &ctx.runner.services().metrics;
     loop {
         tokio::select! {
             biased;
@@ -163,9 +185,9 @@ async fn follow(
         event.elapsed_ms = started.elapsed().as_millis() as u64;
         event.at = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
         let payload = serde_json::to_vec(&event).expect("progress event serialises");
-        let sent = ctx
+        let sent = out
             .publisher
-            .send_once(&topic, &event.media_id, &payload, SEND_TIMEOUT)
+            .send_once(&out.topic, &event.media_id, &payload, SEND_TIMEOUT)
             .await;
         let result = match sent {
             Ok(()) => "published",
@@ -174,7 +196,10 @@ async fn follow(
                 "failed"
             }
         };
-        metrics.progress_events.with_label_values(&[result]).inc();
+        out.metrics
+            .progress_events
+            .with_label_values(&[result])
+            .inc();
     }
 }
 

@@ -13,14 +13,16 @@ use crate::shutdown::Shutdown;
 use crate::stages::{publish, validate};
 use crate::telemetry::{self, Origin, traces};
 
-use super::progress::Follower;
+use super::progress::{Follower, Progress};
 
 /// Everything a message task needs.
 pub(super) struct Ctx {
     pub runner: JobRunner,
-    pub publisher: Publisher,
+    pub publisher: Arc<Publisher>,
     pub acker: Acker,
     pub shutdown: Shutdown,
+    /// Where long jobs report progress; `None` when progress events are off.
+    pub progress: Option<Arc<Progress>>,
 }
 
 /// The message in its `media.process_event` span (which continues the producer's trace).
@@ -57,7 +59,10 @@ async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
         Ok(req) => {
             span.record("event.s3_key", req.source.key.as_str());
             let job = svc.registry.start(&req.request_id, &req.media_id);
-            let progress = Follower::start(&ctx, &req, &job);
+            let progress = ctx
+                .progress
+                .as_ref()
+                .map(|p| Follower::start(p, &req, &job));
             let r = tokio::select! {
                 r = ctx.runner.run(&req, &job) => Some(r),
                 _ = ctx.shutdown.abandoned() => None,

@@ -22,7 +22,7 @@ use super::error::{MediaError, MediaFailure, at};
 use super::output::{FileFormat, MediaOutput, ProducedFile, Role, names};
 use super::settings::{MediaJob, Rendition};
 use super::sniff::Container;
-use crate::contract::{Analysis, MediaType, Stage, VideoAnalysis, Warning};
+use crate::contract::{Analysis, MediaType, Stage, VideoAnalysis, Warning, WarningCode};
 use child::ChildError;
 use ffprobe::VideoProbe;
 
@@ -101,7 +101,7 @@ fn run(
     let mut files = Vec::new();
     let mut warnings = Vec::new();
     let poster_failed = |message: String| Warning {
-        code: "poster_failed".into(),
+        code: WarningCode::PosterFailed,
         message,
     };
     let mut chooser = poster::Chooser::new(job, &frames, work);

@@ -292,11 +292,9 @@ mod tests {
 
     /// The default profile's ladder (720p CRF 23, 480p CRF 26).
     fn ladder() -> Vec<Rendition> {
-        crate::config::Settings::load_from(None, Vec::new())
-            .unwrap()
-            .profiles["default"]
+        crate::media::settings::defaults::job("default")
+            .profile
             .renditions
-            .clone()
     }
 
     #[test]
@@ -357,7 +355,7 @@ mod tests {
 
     #[test]
     fn the_rungs_are_streams_of_one_tee_output() {
-        let s = crate::config::Settings::load_from(None, Vec::<(String, String)>::new()).unwrap();
+        let s = crate::media::settings::defaults::job("default");
         let rungs: Vec<_> = ladder()
             .into_iter()
             .map(|r| (r, PathBuf::from(format!("mp4/{}p.mp4", r.height))))

@@ -1,6 +1,8 @@
-//! What `/health/ready` checks. Each part is set by the component that knows it: the worker
-//! (consuming, not draining), the consumer (broker reachable, commits going through), the
-//! storage probe (output bucket reachable); scratch space is read when asked.
+//! Readiness: what `/health/ready` answers and what pauses intake. Each part is set by the
+//! component that knows it: the worker (consuming, not draining), the consumer (broker
+//! reachable, commits going through), the storage probe (output bucket reachable), the sandbox
+//! pool (a sandbox can start), the publisher (responses going out); scratch space is read when
+//! asked.
 
 use std::path::Path;
 use std::sync::Arc;
