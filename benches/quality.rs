@@ -12,14 +12,15 @@
 //! score at most sharp's, its bytes at most sharp's, its CPU per image at most sharp's.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use media_worker::config::Settings;
 use media_worker::media::{self, Control};
 use serde_json::{Value, json};
 
+#[path = "../tests/common/lines.rs"]
+mod lines;
 mod util;
 use util::{arg, corpus_photos};
 
@@ -186,22 +187,17 @@ fn main() {
 /// sharp's outputs of `jobs`, through benches/quality/sharp.mjs (naming, when `report`, the
 /// photos sharp fails).
 fn run_sharp(root: &Path, sharp_dir: &Path, out: &Path, jobs: &[Value], report: bool) -> Tool {
-    let mut child = Command::new("node")
-        .arg(root.join("benches/quality/sharp.mjs"))
-        .arg(sharp_dir.join("node_modules/sharp"))
-        .arg(out)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("node");
-    let mut stdin = child.stdin.take().unwrap();
-    for j in jobs {
-        writeln!(stdin, "{j}").unwrap();
-    }
-    drop(stdin);
+    let sharp = lines::pipe(
+        Command::new("node")
+            .arg(root.join("benches/quality/sharp.mjs"))
+            .arg(sharp_dir.join("node_modules/sharp"))
+            .arg(out),
+        jobs.to_vec(),
+        "node",
+    );
+    assert!(sharp.status.success(), "sharp.mjs failed");
     let mut tool = Tool::default();
-    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-        let v: Value = serde_json::from_str(&line.unwrap()).unwrap();
+    for v in lines::json_lines(&sharp) {
         let photo = v["name"].as_str().unwrap().to_owned();
         if let Some(e) = v.get("error") {
             if report {
@@ -227,7 +223,6 @@ fn run_sharp(root: &Path, sharp_dir: &Path, out: &Path, jobs: &[Value], report: 
                 .push((photo.clone(), ms));
         }
     }
-    assert!(child.wait().unwrap().success(), "sharp.mjs failed");
     tool
 }
 
@@ -235,13 +230,6 @@ fn run_sharp(root: &Path, sharp_dir: &Path, out: &Path, jobs: &[Value], report: 
 fn score(root: &Path, dssim: &Path, work: &Path, made: &mut [Made]) {
     let pngs = work.join("png");
     std::fs::create_dir_all(&pngs).unwrap();
-    let mut child = Command::new("/usr/bin/python3")
-        .arg(root.join("benches/quality/score.py"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 with Pillow");
-    let mut stdin = child.stdin.take().unwrap();
     let corpus = root.join("../shared/corpus");
     let pairs: Vec<(PathBuf, PathBuf)> = (0..made.len())
         .map(|i| {
@@ -251,27 +239,21 @@ fn score(root: &Path, dssim: &Path, work: &Path, made: &mut [Made]) {
             )
         })
         .collect();
-    let writer = {
-        let lines: Vec<String> = made
-            .iter()
-            .zip(&pairs)
-            .map(|(m, (r, o))| {
-                let source = corpus.join(&m.photo);
-                json!({"source": source, "output": m.path, "ref": r, "out": o}).to_string()
-            })
-            .collect();
-        std::thread::spawn(move || {
-            for l in lines {
-                writeln!(stdin, "{l}").unwrap();
-            }
+    let jobs: Vec<String> = made
+        .iter()
+        .zip(&pairs)
+        .map(|(m, (r, o))| {
+            let source = corpus.join(&m.photo);
+            json!({"source": source, "output": m.path, "ref": r, "out": o}).to_string()
         })
-    };
-    let results: Vec<Value> = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
         .collect();
-    writer.join().unwrap();
-    assert!(child.wait().unwrap().success());
+    let scored = lines::pipe(
+        Command::new("/usr/bin/python3").arg(root.join("benches/quality/score.py")),
+        jobs,
+        "python3 with Pillow",
+    );
+    assert!(scored.status.success());
+    let results = lines::json_lines(&scored);
     for ((m, (r, o)), v) in made.iter_mut().zip(&pairs).zip(&results) {
         if v.get("error").is_some() {
             continue;

@@ -2,9 +2,11 @@
 //! of the worker, validated against the published schemas by an independent validator
 //! (Debian's python3-jsonschema, tests/reference/validate_schema.py) and read by the Rust types.
 
-use std::io::Write;
+#[path = "common/lines.rs"]
+mod lines;
+
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use media_worker::contract::{
     ApiError, DeadLetter, OptimizeResponse, ProgressEvent, ProgressStatus, ScanVerdict, SourceRef,
@@ -17,19 +19,13 @@ fn root() -> &'static Path {
 
 /// Validates JSON lines against `schemas/<schema>`; panics with the validator's report.
 fn validate(schema: &str, records: &[String]) {
-    let mut child = Command::new("/usr/bin/python3")
-        .arg(root().join("tests/reference/validate_schema.py"))
-        .arg(root().join("schemas").join(schema))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 with python3-jsonschema (make setup-test)");
-    let mut stdin = child.stdin.take().unwrap();
-    for r in records {
-        writeln!(stdin, "{r}").unwrap();
-    }
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
+    let out = lines::pipe(
+        Command::new("/usr/bin/python3")
+            .arg(root().join("tests/reference/validate_schema.py"))
+            .arg(root().join("schemas").join(schema)),
+        records.to_vec(),
+        "python3 with python3-jsonschema (make setup-test)",
+    );
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{schema}:\n{report}");
     assert!(

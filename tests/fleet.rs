@@ -10,8 +10,9 @@
 //! - no partition was owned by two workers at once (from their `partition assigned` and
 //!   `partition revoked` log lines);
 //! - requests processed to completion more than once (counted from the `job finished` log
-//!   lines of every worker, killed ones included) ≤ the jobs in flight at the faults; none at
-//!   all, and no request answered twice, in a rolling restart (every worker drains);
+//!   lines of every worker, killed ones included) ≤ what the workers a fault hit may hold
+//!   (`MAX_IN_FLIGHT` each, a fixed ceiling from their configuration); none at all, and no
+//!   request answered twice, in a rolling restart (every worker drains);
 //! - every other repeated response was answered from the stored manifest (`replayed`).
 //!
 //! Every scenario runs under both group protocols (`classic::...`, `consumer::...`).
@@ -45,6 +46,9 @@ const IMAGES: [&str; 8] = [
 ];
 const PARTITIONS: u32 = 4;
 const DONE_WITHIN: Duration = Duration::from_secs(15 * 60);
+/// Messages a worker holds dispatched and unfinished (`MAX_IN_FLIGHT`; pool 1): the most a
+/// fault to it can make complete twice.
+const MAX_IN_FLIGHT: usize = 2;
 
 /// One scenario at a time: each runs three or more workers on this machine's cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -130,8 +134,8 @@ struct Fleet {
     retired: Vec<Worker>,
     collector: Collector,
     requests: Vec<OptimizeRequest>,
-    /// Jobs running on the workers a fault hit, summed over the faults.
-    in_flight_at_faults: usize,
+    /// Workers a fault hit, summed over the faults.
+    hit_by_faults: usize,
     /// The scenario promises that no request completes twice (a drain-only fault).
     no_repeats: bool,
     /// Workers killed with SIGKILL.
@@ -150,7 +154,7 @@ impl Fleet {
     ) -> Fleet {
         let mut fleet = Fleet::start(name, protocol, workers).await;
         fleet.send(requests_per_scenario()).await;
-        fleet.wait_share(share);
+        fleet.wait_share(share).await;
         fleet
     }
 
@@ -165,6 +169,7 @@ impl Fleet {
         // Production retry policy (the harness default shortens backoff for other tests).
         env.remove("RETRY_BASE_MS");
         env.insert("WORKER_POOL_SIZE".into(), "1".into());
+        env.insert("MAX_IN_FLIGHT".into(), MAX_IN_FLIGHT.to_string());
         env.insert(
             "RUST_LOG".into(),
             "info,librdkafka=warn,rdkafka=warn".into(),
@@ -180,7 +185,7 @@ impl Fleet {
             retired: Vec::new(),
             collector,
             requests: Vec::new(),
-            in_flight_at_faults: 0,
+            hit_by_faults: 0,
             no_repeats: false,
             killed: 0,
             started: Instant::now(),
@@ -208,25 +213,26 @@ impl Fleet {
     }
 
     /// Waits until `share` of the requests have a success response.
-    fn wait_share(&self, share: f64) {
+    async fn wait_share(&self, share: f64) {
         let want = (self.requests.len() as f64 * share).ceil() as usize;
-        wait_for("responses", DONE_WITHIN, || {
+        wait_until("responses", DONE_WITHIN, || {
             (self.collector.succeeded() >= want).then_some(())
-        });
+        })
+        .await;
     }
 
-    fn note_in_flight(&mut self, w: &Worker) {
-        self.in_flight_at_faults += w.jobs().len();
+    fn note_hit(&mut self) {
+        self.hit_by_faults += 1;
     }
 
-    fn note_all_in_flight(&mut self) {
-        self.in_flight_at_faults += self.workers.iter().map(|w| w.jobs().len()).sum::<usize>();
+    fn note_all_hit(&mut self) {
+        self.hit_by_faults += self.workers.len();
     }
 
     fn kill9(&mut self, i: usize) {
         let mut w = self.workers.remove(i);
         self.killed += 1;
-        self.note_in_flight(&w);
+        self.note_hit();
         w.kill9();
         self.retired.push(w);
     }
@@ -234,7 +240,7 @@ impl Fleet {
     /// The fault of a rolling restart or a scale-in: SIGTERM to worker `i`.
     fn stop(&mut self, i: usize) {
         let w = self.workers.remove(i);
-        self.note_in_flight(&w);
+        self.note_hit();
         self.retire(w);
     }
 
@@ -249,9 +255,10 @@ impl Fleet {
     /// Everything answered, workers stopped, every response read: checks and figures.
     async fn finish(mut self) {
         let n = self.requests.len();
-        wait_for("every request answered with success", DONE_WITHIN, || {
+        wait_until("every request answered with success", DONE_WITHIN, || {
             (self.collector.succeeded() >= n).then_some(())
-        });
+        })
+        .await;
         let all_done = self.started.elapsed();
         // All drain at once (a scale-in to zero), each exits 0.
         let mut last = std::mem::take(&mut self.workers);
@@ -265,11 +272,12 @@ impl Fleet {
         }
         // The stopped workers flushed their producers: read up to the topic's end.
         let published = self.stack.response_count() as usize;
-        wait_for(
+        wait_until(
             "every published response read",
             Duration::from_secs(60),
             || (self.collector.count() >= published).then_some(()),
-        );
+        )
+        .await;
         let got = self.collector.finish();
         assert_eq!(got.len(), published);
 
@@ -350,7 +358,7 @@ impl Fleet {
         println!(
             "fleet scenario={} protocol={} requests={n} all_succeeded_after={:.1}s \
              throughput={:.1} req/s responses={} duplicates={duplicates} replayed={replayed} \
-             completed_twice={completed_twice} in_flight_at_faults={} \
+             completed_twice={completed_twice} workers_hit={} \
              longest_gap_between_responses={:.1}s handovers={} handover_max={handover_max:.2}s \
              outputs_decoded={}",
             self.name,
@@ -358,7 +366,7 @@ impl Fleet {
             all_done.as_secs_f64(),
             n as f64 / all_done.as_secs_f64(),
             got.len(),
-            self.in_flight_at_faults,
+            self.hit_by_faults,
             longest_gap.as_secs_f64(),
             handovers.len(),
             outputs.len(),
@@ -370,12 +378,13 @@ impl Fleet {
         let ceiling = if self.no_repeats {
             0
         } else {
-            self.in_flight_at_faults
+            self.hit_by_faults * MAX_IN_FLIGHT
         };
         assert!(
             completed_twice <= ceiling,
-            "completed twice {completed_twice} > {ceiling} (in flight at the faults: {})",
-            self.in_flight_at_faults
+            "completed twice {completed_twice} > {ceiling} ({} workers hit, {MAX_IN_FLIGHT} \
+             messages in flight each at most)",
+            self.hit_by_faults
         );
         if self.no_repeats {
             assert_eq!(duplicates, 0, "no request answered twice");
@@ -547,8 +556,8 @@ fn double_ownership(logs: &[Vec<Line>]) -> Vec<Span> {
     both
 }
 
-/// kill -9 one worker mid-run; a replacement starts 5 s later. Repeats: at most the jobs the
-/// killed worker had in flight.
+/// kill -9 one worker mid-run; a replacement starts 5 s later. Repeats: at most what the killed
+/// worker held ([`MAX_IN_FLIGHT`]).
 async fn kill_9_a_worker(protocol: &'static str) {
     let mut fleet = Fleet::under_load("kill9", protocol, 3, 0.3).await;
     fleet.kill9(0);
@@ -587,7 +596,7 @@ async fn kill_9_the_leading_broker(protocol: &'static str) {
         .filter(|l| **l == node)
         .count();
     assert!(requests_led > 0, "node {node} leads request partitions too");
-    fleet.note_all_in_flight();
+    fleet.note_all_hit();
     fleet.stack.broker.kill_node(node);
     fleet.finish().await;
 }
@@ -595,7 +604,7 @@ async fn kill_9_the_leading_broker(protocol: &'static str) {
 /// One broker stopped (a controlled shutdown) for 30 s, then started again.
 async fn one_broker_down_30_s(protocol: &'static str) {
     let mut fleet = Fleet::under_load("broker30", protocol, 3, 0.3).await;
-    fleet.note_all_in_flight();
+    fleet.note_all_hit();
     fleet.stack.broker.stop_node(2);
     // The fault: the node stays down for 30 s.
     tokio::time::sleep(Duration::from_secs(30)).await;
@@ -606,7 +615,7 @@ async fn one_broker_down_30_s(protocol: &'static str) {
 /// The S3 server is down for 20 s mid-run.
 async fn s3_down_20_s(protocol: &'static str) {
     let mut fleet = Fleet::under_load("s3", protocol, 3, 0.3).await;
-    fleet.note_all_in_flight();
+    fleet.note_all_hit();
     fleet.stack.s3.stop();
     // The fault: S3 stays down for 20 s.
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -625,7 +634,7 @@ async fn response_topic_unavailable_30_s(protocol: &'static str) {
     let topic = fleet.stack.response_topic.clone();
     let broker = &fleet.stack.broker;
     broker.set_topic_config(&topic, &[("min.insync.replicas", "3")]);
-    fleet.note_all_in_flight();
+    fleet.note_all_hit();
     fleet.stack.broker.stop_node(2);
     // The fault is in force: a record of our own (acks=all) is refused.
     let probe: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
@@ -645,13 +654,14 @@ async fn response_topic_unavailable_30_s(protocol: &'static str) {
     assert!(refused.is_err(), "the response topic still takes records");
     // A response waiting for the topic pauses its worker's intake.
     let outage = Instant::now();
-    wait_for("intake paused", Duration::from_secs(30), || {
+    wait_until("intake paused", Duration::from_secs(30), || {
         fleet
             .workers
             .iter()
             .any(|w| w.metric("media_worker_kafka_paused") == Some(1.0))
             .then_some(())
-    });
+    })
+    .await;
     // The fault: the topic stays unavailable for 30 s.
     tokio::time::sleep(Duration::from_secs(30).saturating_sub(outage.elapsed())).await;
     fleet.stack.broker.start_node(2);
@@ -667,7 +677,7 @@ async fn scale_1_3_1(protocol: &'static str) {
     for w in &fleet.workers {
         w.wait_ready();
     }
-    fleet.wait_share(0.6);
+    fleet.wait_share(0.6).await;
     fleet.stop(2);
     fleet.stop(1);
     fleet.finish().await;

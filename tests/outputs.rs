@@ -5,9 +5,8 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::corpus;
 use media_worker::config::Settings;
@@ -412,24 +411,13 @@ fn reference(script: &str, lines: &[String]) -> Vec<Value> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/reference")
         .join(script);
-    let mut child = Command::new("/usr/bin/python3")
-        .arg(script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("Debian's python3 with python3-pil (scripts/setup.sh --test)");
-    let mut stdin = child.stdin.take().unwrap();
-    for line in lines {
-        writeln!(stdin, "{line}").unwrap();
-    }
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
+    let out = common::lines::pipe(
+        Command::new("/usr/bin/python3").arg(script),
+        lines.to_vec(),
+        "Debian's python3 with python3-pil (scripts/setup.sh --test)",
+    );
     assert!(out.status.success(), "{out:?}");
-    let results: Vec<Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let results = common::lines::json_lines(&out);
     assert_eq!(results.len(), lines.len());
     results
 }

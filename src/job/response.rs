@@ -3,9 +3,10 @@
 use std::time::Instant;
 
 use crate::contract::{
-    Analysis, ErrorBody, MediaType, OptimizeRequest, OptimizeResponse, Output, SCHEMA_VERSION,
-    ScanVerdict, SourceInfo, Status, Warning, WorkerInfo,
+    Analysis, ErrorBody, OptimizeRequest, OptimizeResponse, SCHEMA_VERSION, ScanVerdict,
+    SourceInfo, Status, WorkerInfo,
 };
+use crate::stages::manifest::Produced;
 use crate::stages::validate::Invalid;
 
 use crate::contract::Stage;
@@ -17,11 +18,7 @@ pub type Failure = crate::contract::Failure<JobError>;
 /// What a successful attempt produced.
 #[derive(Debug)]
 pub struct Done {
-    pub source: SourceInfo,
-    pub media_type: MediaType,
-    pub outputs: Vec<Output>,
-    pub analysis: Option<Analysis>,
-    pub warnings: Vec<Warning>,
+    pub produced: Produced,
     /// Answered from a stored manifest (see `stages::manifest`).
     pub replayed: bool,
 }
@@ -84,19 +81,19 @@ pub fn for_request(
     r.metadata = req.metadata.clone();
     r.attempts = attempts;
     match ending {
-        Ending::Done(done) => {
+        Ending::Done(Done { produced, replayed }) => {
             r.success = true;
-            r.status = if done.warnings.is_empty() {
+            r.status = if produced.warnings.is_empty() {
                 Status::Completed
             } else {
                 Status::Degraded
             };
-            r.media_type = Some(done.media_type);
-            r.source = Some(done.source);
-            r.outputs = done.outputs;
-            r.analysis = done.analysis;
-            r.warnings = done.warnings;
-            r.replayed = done.replayed;
+            r.media_type = Some(produced.media_type);
+            r.source = Some(produced.source);
+            r.outputs = produced.outputs;
+            r.analysis = produced.analysis;
+            r.warnings = produced.warnings;
+            r.replayed = replayed;
         }
         Ending::Failed { failure, partial } => {
             r.analysis = partial.scan.map(|v| Analysis::with_scan(None, v));

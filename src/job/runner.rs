@@ -8,19 +8,17 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::contract::{
-    Analysis, ErrorCode, MediaType, OptimizeRequest, OptimizeResponse, ScanVerdict, SourceInfo,
-    Stage,
+    Analysis, ErrorCode, MediaType, OptimizeRequest, OptimizeResponse, ScanVerdict, Stage,
 };
 use crate::error::JobError;
-use crate::media::sniff::{self, Sniffed};
-use crate::media::{Event, MediaError, Role};
+use crate::media::{Event, MediaError};
 use crate::registry::{JobHandle, Phase};
 use crate::retry;
 use crate::sandbox::{Executor, Work};
 use crate::scratch::{self, ScratchDir};
 use crate::shutdown::Shutdown;
-use crate::stages::manifest::{self, Manifest};
-use crate::stages::resume::{self, Landed};
+use crate::stages::manifest::{self, Manifest, Produced};
+use crate::stages::resume;
 use crate::stages::{download, upload};
 use crate::storage::Head;
 
@@ -137,7 +135,10 @@ impl JobRunner {
         let head = svc.storage.head(&req.source).await.ok();
         let etag = head.as_ref().and_then(|h| h.etag.as_deref());
         let stored = manifest::lookup(&*svc.storage, bucket, &fingerprint, req, etag).await;
-        if let Some(done) = stored.map(|m| replayed(m, req)) {
+        if let Some(done) = stored.map(|m| Done {
+            produced: m.replay(req),
+            replayed: true,
+        }) {
             svc.metrics.replays.inc();
             tracing::info!(job = job.id(), "replayed from the manifest");
             return response::for_request(&svc.worker, req, Ending::Done(done), 1, started);
@@ -410,7 +411,15 @@ impl JobRunner {
         // probe → analyze → transform: native code behind the one narrow function
         // `media::process`, in a sandbox child (or inline, see `sandbox::Executor`).
         // A video resumes what an earlier attempt uploaded (see `stages::resume`).
-        let landed = self.landed(req, &source, scratch).await;
+        let landed = resume::find(
+            &*svc.storage,
+            &svc.settings.storage.output_bucket,
+            req,
+            &scratch.source(),
+            source.etag.as_deref(),
+            manifest::fingerprint(&svc.settings, profile),
+        )
+        .await;
         let mut media_job = svc.settings.media_job(profile, req.media_type);
         if let Some(l) = landed.as_ref().filter(|l| !l.renditions.is_empty()) {
             media_job.resume = l.heights();
@@ -456,52 +465,26 @@ impl JobRunner {
                 media_type,
                 cache_control: &svc.settings.profiles[profile].cache_control,
             };
-            // Video renditions one at a time, each recorded as it lands; then the rest.
-            let outputs = match landed {
-                Some(landed) if media_type == MediaType::Video => {
-                    let (renditions, rest): (Vec<_>, Vec<_>) =
-                        files.iter().partition(|f| f.role == Role::Rendition);
-                    let mut outputs =
-                        resume::upload(&to, &renditions, landed, &scratch_path).await?;
-                    outputs.extend(upload::run(&to, rest).await?);
-                    outputs
-                }
-                _ => upload::run(&to, &files).await?,
-            };
-            let done = Done {
+            let outputs = resume::upload_all(&to, &files, landed, &scratch_path).await?;
+            let produced = Produced {
                 source: src,
                 media_type,
                 outputs,
                 analysis,
                 warnings,
-                replayed: false,
             };
-            if let Some(m) = manifest_of(svc, req, &done) {
+            let fingerprint = manifest::fingerprint(&svc.settings, profile);
+            if let Some(m) = Manifest::of(req, fingerprint, &produced) {
                 manifest::record(to.storage, to.bucket, req, &m, &scratch_path).await?;
             }
-            Ok::<_, crate::storage::StorageError>(done)
+            Ok::<_, crate::storage::StorageError>(Done {
+                produced,
+                replayed: false,
+            })
         });
         or_cancelled(cancel, Stage::Upload, upload)
             .await
             .map_err(|f| (f, partial(&scan)))
-    }
-
-    /// For a video source with an ETag: the renditions an earlier attempt uploaded for it and
-    /// this profile (none when there are none, or with `force`).
-    async fn landed(
-        &self,
-        req: &OptimizeRequest,
-        source: &SourceInfo,
-        scratch: &ScratchDir,
-    ) -> Option<Landed> {
-        let etag = source.etag.clone()?;
-        let Ok(Sniffed::Video(_)) = sniff::sniff_file(&scratch.source()) else {
-            return None;
-        };
-        let (svc, profile) = (&self.svc, manifest::profile_of(req));
-        let want = Landed::new(etag, profile, manifest::fingerprint(&svc.settings, profile));
-        let bucket = &svc.settings.storage.output_bucket;
-        Some(resume::lookup(&*svc.storage, bucket, req, want).await)
     }
 
     /// The scan stage: the downloaded source through clamd.
@@ -547,38 +530,6 @@ async fn or_cancelled<T>(
 
 /// How often a held job checks whether the pod is well again.
 const HOLD_CHECK: Duration = Duration::from_secs(1);
-
-/// A job answered from its stored manifest: this request's source, the stored outputs.
-fn replayed(m: Manifest, req: &OptimizeRequest) -> Done {
-    Done {
-        source: crate::contract::SourceInfo {
-            bucket: req.source.bucket.clone(),
-            key: req.source.key.clone(),
-            ..m.source
-        },
-        media_type: m.media_type,
-        outputs: m.outputs,
-        analysis: m.analysis,
-        warnings: m.warnings,
-        replayed: true,
-    }
-}
-
-/// The manifest of a finished job, for a source with an ETag (see `stages::manifest`).
-fn manifest_of(svc: &Services, req: &OptimizeRequest, done: &Done) -> Option<Manifest> {
-    let profile = manifest::profile_of(req);
-    Some(Manifest {
-        schema_version: crate::contract::SCHEMA_VERSION,
-        source_etag: done.source.etag.clone()?,
-        profile: profile.to_owned(),
-        fingerprint: manifest::fingerprint(&svc.settings, profile),
-        media_type: done.media_type,
-        source: done.source.clone(),
-        outputs: done.outputs.clone(),
-        analysis: done.analysis.clone(),
-        warnings: done.warnings.clone(),
-    })
-}
 
 /// Follows a job's media stages: the registry, the stage histogram and a span per stage
 /// (under the attempt's span, wherever the work runs). The last stage is closed on drop.

@@ -276,6 +276,24 @@ impl Drop for Image {
     }
 }
 
+/// A libvips call's return code: 0, or the error it left.
+fn check(rc: c_int, context: &str) -> Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(last_error(context))
+    }
+}
+
+/// A new image reference from libvips, or the error it left when there is none.
+fn adopt(p: *mut RawImage, context: &str) -> Result<Image> {
+    if p.is_null() {
+        Err(last_error(context))
+    } else {
+        Ok(Image(p))
+    }
+}
+
 /// Runs a libvips call that writes `*out`, wrapping the result.
 fn produce(context: &str, f: impl FnOnce(*mut *mut RawImage) -> c_int) -> Result<Image> {
     let mut out: *mut RawImage = ptr::null_mut();
@@ -293,11 +311,7 @@ impl Image {
         let p = unsafe {
             vips_image_new_from_file(c.as_ptr(), c"access".as_ptr(), ACCESS_SEQUENTIAL, END)
         };
-        if p.is_null() {
-            Err(last_error("cannot read header"))
-        } else {
-            Ok(Image(p))
-        }
+        adopt(p, "cannot read header")
     }
 
     /// Opens every frame of an animated file (GIF, WebP) as one tall strip of frames (see
@@ -315,11 +329,7 @@ impl Image {
                 END,
             )
         };
-        if p.is_null() {
-            Err(last_error("cannot decode image"))
-        } else {
-            Ok(Image(p))
-        }
+        adopt(p, "cannot decode image")
     }
 
     /// The height of one frame of a strip of frames ([`Image::open_frames`]).
@@ -365,11 +375,7 @@ impl Image {
         let c = cstring(path)?;
         // SAFETY: variadic call terminated by NULL.
         let p = unsafe { vips_image_new_from_file(c.as_ptr(), END) };
-        if p.is_null() {
-            Err(last_error("cannot open image"))
-        } else {
-            Ok(Image(p))
-        }
+        adopt(p, "cannot open image")
     }
 
     /// Decodes `path` once, shrunk on load to `width` (never upscaled) and upright per EXIF
@@ -600,11 +606,7 @@ impl Image {
     pub fn into_memory(self) -> Result<Image> {
         // SAFETY: returns a new reference or null.
         let p = unsafe { vips_image_copy_memory(self.0) };
-        if p.is_null() {
-            Err(last_error("cannot render image"))
-        } else {
-            Ok(Image(p))
-        }
+        adopt(p, "cannot render image")
     }
 
     /// Converts to 8-bit sRGB (CMYK, Lab, grey and 16-bit inputs included).
@@ -747,11 +749,7 @@ impl Image {
                 END,
             )
         };
-        if rc != 0 {
-            Err(last_error("jpegsave"))
-        } else {
-            Ok(())
-        }
+        check(rc, "jpegsave")
     }
 
     /// Saves as lossy WebP without metadata (removed after encoding, see [`super::webpmux`]).
@@ -814,10 +812,6 @@ impl Image {
                 END,
             )
         };
-        if rc != 0 {
-            Err(last_error("heifsave"))
-        } else {
-            Ok(())
-        }
+        check(rc, "heifsave")
     }
 }

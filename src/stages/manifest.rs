@@ -21,17 +21,50 @@ pub const NO_CACHE: &str = "no-cache";
 /// Larger manifests are not ours: ignored.
 const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 
+/// What a successful job produced: what its response reports and its manifest stores.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Produced {
+    pub media_type: MediaType,
+    pub source: SourceInfo,
+    pub outputs: Vec<Output>,
+    pub analysis: Option<Analysis>,
+    pub warnings: Vec<Warning>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     pub schema_version: u32,
     pub source_etag: String,
     pub profile: String,
     pub fingerprint: String,
-    pub media_type: MediaType,
-    pub source: SourceInfo,
-    pub outputs: Vec<Output>,
-    pub analysis: Option<Analysis>,
-    pub warnings: Vec<Warning>,
+    #[serde(flatten)]
+    pub produced: Produced,
+}
+
+impl Manifest {
+    /// The manifest of what `req` produced, for a source with an ETag (see the module doc).
+    pub fn of(req: &OptimizeRequest, fingerprint: String, produced: &Produced) -> Option<Manifest> {
+        Some(Manifest {
+            schema_version: crate::contract::SCHEMA_VERSION,
+            source_etag: produced.source.etag.clone()?,
+            profile: profile_of(req).to_owned(),
+            fingerprint,
+            produced: produced.clone(),
+        })
+    }
+
+    /// What is replayed for `req`: the stored outputs, with this request's source names.
+    pub fn replay(self, req: &OptimizeRequest) -> Produced {
+        let source = SourceInfo {
+            bucket: req.source.bucket.clone(),
+            key: req.source.key.clone(),
+            ..self.produced.source
+        };
+        Produced {
+            source,
+            ..self.produced
+        }
+    }
 }
 
 /// Everything that decides a profile's outputs: the profile, the analysis, video and limit
@@ -109,7 +142,12 @@ pub async fn record(
     let path = scratch.join(MANIFEST);
     let json = serde_json::to_vec_pretty(manifest).expect("manifest serialises");
     crate::scratch::write_record(&path, &json).await?;
-    let key = key(&req.user_id, manifest.media_type, &req.media_id, MANIFEST);
+    let key = key(
+        &req.user_id,
+        manifest.produced.media_type,
+        &req.media_id,
+        MANIFEST,
+    );
     let meta = ObjectMeta {
         content_type: "application/json",
         cache_control: NO_CACHE,

@@ -6,13 +6,19 @@
 //! recorded outputs as an uninterrupted run would have. `force: true` redoes everything.
 //!
 //! The record is only ever written after the rendition it lists, so whatever it lists exists.
+//!
+//! All of resuming is here: what an earlier attempt left ([`find`]) and the upload stage of an
+//! attempt that may resume ([`upload_all`]); the runner only passes the record between them.
+
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::manifest;
 use super::upload::{self, Destination, key};
 use crate::contract::{MediaType, OptimizeRequest, Output, SourceRef};
-use crate::media::ProducedFile;
+use crate::media::sniff::{self, Sniffed};
+use crate::media::{ProducedFile, Role};
 use crate::storage::{ObjectMeta, Storage, StorageError};
 
 pub const RECORD: &str = "renditions.json";
@@ -55,9 +61,28 @@ fn rung_height(o: &Output) -> u32 {
     o.width.min(o.height)
 }
 
+/// For a video `source` with an ETag: the record of this source version and `profile`
+/// (`fingerprint` is the profile's, see `manifest::fingerprint`), with the renditions an
+/// earlier attempt uploaded, if any. `None` for anything else: nothing can resume.
+pub async fn find(
+    storage: &dyn Storage,
+    bucket: &str,
+    req: &OptimizeRequest,
+    source: &Path,
+    etag: Option<&str>,
+    fingerprint: String,
+) -> Option<Landed> {
+    let etag = etag?.to_owned();
+    let Ok(Sniffed::Video(_)) = sniff::sniff_file(source) else {
+        return None;
+    };
+    let want = Landed::new(etag, manifest::profile_of(req), fingerprint);
+    Some(lookup(storage, bucket, req, want).await)
+}
+
 /// What an earlier attempt left for `want`'s source version and profile: `want` with the
 /// renditions that landed, or `want` itself (nothing to resume, `force`, or any read error).
-pub async fn lookup(
+async fn lookup(
     storage: &dyn Storage,
     bucket: &str,
     req: &OptimizeRequest,
@@ -83,13 +108,33 @@ pub async fn lookup(
     }
 }
 
+/// The upload stage: with a record ([`find`]) and a video, its renditions one at a time, each
+/// recorded as it lands, then the other files; otherwise every file at once ([`upload::run`]).
+pub async fn upload_all(
+    to: &Destination<'_>,
+    files: &[ProducedFile],
+    landed: Option<Landed>,
+    scratch: &Path,
+) -> Result<Vec<Output>, StorageError> {
+    match landed {
+        Some(landed) if to.media_type == MediaType::Video => {
+            let (renditions, rest): (Vec<_>, Vec<_>) =
+                files.iter().partition(|f| f.role == Role::Rendition);
+            let mut outputs = upload(to, &renditions, landed, scratch).await?;
+            outputs.extend(upload::run(to, rest).await?);
+            Ok(outputs)
+        }
+        _ => upload::run(to, files).await,
+    }
+}
+
 /// Uploads `renditions` one at a time, recording each in `landed` (and in storage) as it lands;
 /// every landed rendition, tallest first, as the response lists them.
-pub async fn upload(
+async fn upload(
     to: &Destination<'_>,
     renditions: &[&ProducedFile],
     mut landed: Landed,
-    scratch: &std::path::Path,
+    scratch: &Path,
 ) -> Result<Vec<Output>, StorageError> {
     let resumed = landed.renditions.len() as u64;
     for f in renditions {
@@ -107,11 +152,7 @@ pub async fn upload(
     Ok(all)
 }
 
-async fn record(
-    to: &Destination<'_>,
-    landed: &Landed,
-    scratch: &std::path::Path,
-) -> Result<(), StorageError> {
+async fn record(to: &Destination<'_>, landed: &Landed, scratch: &Path) -> Result<(), StorageError> {
     let path = scratch.join(RECORD);
     let json = serde_json::to_vec_pretty(landed).expect("record serialises");
     crate::scratch::write_record(&path, &json).await?;

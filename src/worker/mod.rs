@@ -82,6 +82,8 @@ pub struct Worker {
     api: Option<api::Running>,
     /// The message tasks.
     tasks: TaskTracker,
+    /// The job API's tasks (an empty tracker without the API).
+    api_jobs: TaskTracker,
 }
 
 /// Runs the worker until `shutdown` drains, then stops as `Shutdown` documents. `bound`
@@ -150,11 +152,15 @@ impl Worker {
             None
         };
         svc.health.set_consuming(true);
+        let api_jobs = api
+            .as_ref()
+            .map_or_else(TaskTracker::new, |a| a.jobs.clone());
         Ok(Worker {
             svc,
             intake,
             api,
             tasks: TaskTracker::new(),
+            api_jobs,
         })
     }
 
@@ -179,13 +185,6 @@ impl Worker {
             }
         }
     }
-
-    /// The job API's tasks (none without the API).
-    fn api_jobs(&self) -> TaskTracker {
-        self.api
-            .as_ref()
-            .map_or_else(TaskTracker::new, |a| a.jobs.clone())
-    }
 }
 
 impl Stoppable for Worker {
@@ -197,13 +196,12 @@ impl Stoppable for Worker {
             intake.source.stop_fetching();
         }
         self.tasks.close();
-        self.api_jobs().close();
+        self.api_jobs.close();
         tracing::info!(in_flight = self.svc.registry.len(), "draining");
     }
 
     async fn jobs_finished(&self) {
-        let api_jobs = self.api_jobs();
-        tokio::join!(self.tasks.wait(), api_jobs.wait());
+        tokio::join!(self.tasks.wait(), self.api_jobs.wait());
     }
 
     /// Kills the sandboxes and any ffmpeg now, so that none outlives the worker.

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 pub mod broker;
 pub mod clamd;
 pub mod http;
+pub mod lines;
 pub mod stack;
 pub mod storage;
 pub mod worker;
