@@ -1,5 +1,5 @@
-//! A job's life: a validated request taken through download → probe → analyze → transform →
-//! upload → manifest ([`runner`]), with retries of transient failures, to its response
+//! A job's life: a validated request taken through download → scan → probe → analyze →
+//! transform → upload → manifest ([`runner`]), with retries of transient failures, to its response
 //! ([`response`]). The message task (`worker::task`) validates before and publishes after. The
 //! lifecycle is explicit (stage, phase, attempt, [`Failure`]) because the response, the metrics
 //! and `/jobs` (`registry`) report it.

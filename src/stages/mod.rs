@@ -1,6 +1,6 @@
 //! The stages of a job that are not native media work, one file each: validate → download →
-//! (probe → analyze → transform: `media`) → upload (with `resume` for video renditions) →
-//! manifest → publish. They take narrow
+//! (scan: `scan`) → (probe → analyze → transform: `media`) → upload (through `resume`, which
+//! uploads a video's renditions one at a time) → manifest → publish. They take narrow
 //! arguments (a storage handle, a bucket, metrics), never the job: `job::runner` calls them.
 
 pub mod download;
