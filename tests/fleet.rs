@@ -194,7 +194,7 @@ impl Fleet {
             fleet.add_worker();
         }
         for w in &fleet.workers {
-            w.wait_ready();
+            w.ready().await;
         }
         fleet
     }
@@ -238,16 +238,16 @@ impl Fleet {
     }
 
     /// The fault of a rolling restart or a scale-in: SIGTERM to worker `i`.
-    fn stop(&mut self, i: usize) {
+    async fn stop(&mut self, i: usize) {
         let w = self.workers.remove(i);
         self.note_hit();
-        self.retire(w);
+        self.retire(w).await;
     }
 
     /// SIGTERM: the worker drains and exits 0.
-    fn retire(&mut self, mut w: Worker) {
+    async fn retire(&mut self, mut w: Worker) {
         w.sigterm();
-        let status = w.wait_exit(Duration::from_secs(60));
+        let status = w.exited(Duration::from_secs(60)).await;
         assert!(status.success(), "a drained worker exits 0: {status}");
         self.retired.push(w);
     }
@@ -266,7 +266,7 @@ impl Fleet {
             w.sigterm();
         }
         for mut w in last {
-            let status = w.wait_exit(Duration::from_secs(60));
+            let status = w.exited(Duration::from_secs(60)).await;
             assert!(status.success(), "a drained worker exits 0: {status}");
             self.retired.push(w);
         }
@@ -572,9 +572,9 @@ async fn kill_9_a_worker(protocol: &'static str) {
 async fn rolling_restart(protocol: &'static str) {
     let mut fleet = Fleet::under_load("rolling", protocol, 3, 0.15).await;
     for _ in 0..3 {
-        fleet.stop(0);
+        fleet.stop(0).await;
         fleet.add_worker();
-        fleet.workers.last().unwrap().wait_ready();
+        fleet.workers.last().unwrap().ready().await;
     }
     fleet.no_repeats = true;
     fleet.finish().await;
@@ -675,11 +675,11 @@ async fn scale_1_3_1(protocol: &'static str) {
     fleet.add_worker();
     fleet.add_worker();
     for w in &fleet.workers {
-        w.wait_ready();
+        w.ready().await;
     }
     fleet.wait_share(0.6).await;
-    fleet.stop(2);
-    fleet.stop(1);
+    fleet.stop(2).await;
+    fleet.stop(1).await;
     fleet.finish().await;
 }
 

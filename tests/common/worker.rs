@@ -97,15 +97,23 @@ impl Worker {
 
     /// Waits until the worker is consuming (ready, with partitions assigned).
     pub fn wait_ready(&self) {
-        wait_for("worker ready", Duration::from_secs(60), || {
-            let (status, _) = self.http_get("/health/ready")?;
-            let (_, metrics) = self.http_get("/metrics")?;
-            let assigned = metrics
-                .lines()
-                .find(|l| l.starts_with("media_worker_kafka_assigned_partitions "))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())?;
-            (status == 200 && assigned > 0.0).then_some(())
-        });
+        wait_for("worker ready", Duration::from_secs(60), || self.is_ready());
+    }
+
+    /// As [`Worker::wait_ready`], waiting on the async runtime.
+    pub async fn ready(&self) {
+        wait_until("worker ready", Duration::from_secs(60), || self.is_ready()).await
+    }
+
+    /// Ready, with partitions assigned.
+    fn is_ready(&self) -> Option<()> {
+        let (status, _) = self.http_get("/health/ready")?;
+        let (_, metrics) = self.http_get("/metrics")?;
+        let assigned = metrics
+            .lines()
+            .find(|l| l.starts_with("media_worker_kafka_assigned_partitions "))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())?;
+        (status == 200 && assigned > 0.0).then_some(())
     }
 
     /// Active jobs per `/jobs`.
@@ -145,6 +153,11 @@ impl Worker {
 
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         wait_for("worker exit", timeout, || self.child.try_wait().unwrap())
+    }
+
+    /// As [`Worker::wait_exit`], waiting on the async runtime.
+    pub async fn exited(&mut self, timeout: Duration) -> ExitStatus {
+        wait_until("worker exit", timeout, || self.child.try_wait().unwrap()).await
     }
 }
 
