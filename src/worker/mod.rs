@@ -78,7 +78,10 @@ impl Intake {
 /// A started worker: what [`Worker::run`] feeds and what the stop sequence stops.
 pub struct Worker {
     svc: Services,
-    intake: Option<(Intake, Deliveries)>,
+    intake: Option<Intake>,
+    /// Taken by [`Worker::run`] and dropped when it returns: a message fetched after the drain
+    /// is not dispatched (the poll loop sees the channel closed and stops).
+    deliveries: Option<Deliveries>,
     api: Option<api::Running>,
     /// The message tasks.
     tasks: TaskTracker,
@@ -145,11 +148,12 @@ impl Worker {
             Some(_) => Some(api::serve(svc.clone(), shutdown.clone()).await?),
             None => None,
         };
-        let intake = if settings.kafka.intake {
-            Some(Intake::start(&svc, shutdown)?)
+        let (intake, deliveries) = if settings.kafka.intake {
+            let (i, d) = Intake::start(&svc, shutdown)?;
+            (Some(i), Some(d))
         } else {
             tracing::info!("KAFKA_INTAKE=false: serving the job API only");
-            None
+            (None, None)
         };
         svc.health.set_consuming(true);
         let api_jobs = api
@@ -158,6 +162,7 @@ impl Worker {
         Ok(Worker {
             svc,
             intake,
+            deliveries,
             api,
             tasks: TaskTracker::new(),
             api_jobs,
@@ -166,7 +171,9 @@ impl Worker {
 
     /// Poll → spawn until the drain; `true` when the consumer stopped by itself first.
     pub async fn run(&mut self, shutdown: &Shutdown) -> bool {
-        let Some((Intake { ctx, .. }, deliveries)) = &mut self.intake else {
+        let (Some(Intake { ctx, .. }), Some(mut deliveries)) =
+            (&self.intake, self.deliveries.take())
+        else {
             shutdown.draining().await;
             return false;
         };
@@ -192,7 +199,7 @@ impl Stoppable for Worker {
     /// requests at the drain; its running jobs count like the others.
     fn drain(&self) {
         self.svc.health.set_consuming(false);
-        if let Some((intake, _)) = &self.intake {
+        if let Some(intake) = &self.intake {
             intake.source.stop_fetching();
         }
         self.tasks.close();
@@ -224,7 +231,7 @@ impl Stoppable for Worker {
         if let Some(a) = &self.api {
             a.media.close().await;
         }
-        if let Some((Intake { source, ctx }, _)) = self.intake {
+        if let Some(Intake { source, ctx }) = self.intake {
             if let Err(e) = tokio::task::spawn_blocking(move || source.close()).await {
                 tracing::error!(error = %e, "closing the consumer failed");
             }
