@@ -106,7 +106,7 @@ impl Settings {
 
     /// Each section's own rules, then those that span sections.
     fn validate(&self) -> Result<(), Invalid> {
-        let sections: [(&str, &dyn Section); 7] = [
+        let sections: [(&str, &dyn Section); 8] = [
             ("kafka", &self.kafka),
             ("storage", &self.storage),
             ("worker", &self.worker),
@@ -114,15 +114,14 @@ impl Settings {
             ("analysis", &self.analysis),
             ("video", &self.video),
             ("api", &self.api),
+            ("scan", &self.scan),
         ];
-        let profiles = self
-            .profiles
-            .iter()
-            .map(|(name, p)| (format!("profiles.{name}"), p as &dyn Section));
-        let scan = std::iter::once(("scan".to_owned(), &self.scan as &dyn Section));
-        let all = sections.into_iter().map(|(k, s)| (k.to_owned(), s));
-        for (key, section) in all.chain(profiles).chain(scan) {
-            section.validate().map_err(|e| e.within(&key))?;
+        for (key, section) in sections {
+            section.validate().map_err(|e| e.within(key))?;
+        }
+        for (name, profile) in &self.profiles {
+            let key = format!("profiles.{name}");
+            profile.validate().map_err(|e| e.within(&key))?;
         }
         for name in ["default", "variants"] {
             if !self.profiles.contains_key(name) {
