@@ -431,7 +431,8 @@ async fn a_rendition_that_fills_the_scratch_holds_its_job_until_there_is_room() 
     });
 }
 
-/// A source larger than this pod's whole scratch is the request's failure: answered `limits_exceeded` with the reason, before any byte is downloaded.
+/// A source larger than this pod's whole scratch is the request's failure: answered
+/// `limits_exceeded` with the reason, before any byte is downloaded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_larger_than_the_scratch_is_refused_without_a_download() {
     let scratch = Tmpfs::mount(8);
@@ -502,8 +503,9 @@ impl Drop for PidsCgroup {
 /// No sandbox can start: the fork servers are in a pids cgroup at its limit (the first one's
 /// fork says EAGAIN and it is replaced; the job process the second forks once a slot is free
 /// is refused a thread, and libvips says "corrupt") and a new server cannot be executed (its
-/// program is gone: ENOENT). That is the pod's fault: the pod is not ready (`sandbox`), takes nothing new, retries the job and then
-/// holds it, answering nothing; once a sandbox can start again the job completes.
+/// program is gone: ENOENT). That is the pod's fault: the pod is not ready (`sandbox`), takes
+/// nothing new, retries the job and then holds it, answering nothing; once a sandbox can start
+/// again the job completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_that_cannot_start_holds_the_job_until_one_can() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,6 @@
 //! A job's life: a validated request taken through download → scan → probe → analyze →
-//! transform → upload → manifest ([`runner`]), with retries of transient failures, to its response
-//! ([`response`]). The message task (`worker::task`) validates before and publishes after. The
+//! transform → upload → manifest ([`runner`]), with retries of transient failures, to its
+//! response ([`response`]). The message task (`worker::task`) validates before and publishes after. The
 //! lifecycle is explicit (stage, phase, attempt, [`Failure`]) because the response, the metrics
 //! and `/jobs` (`registry`) report it.
 

@@ -256,11 +256,11 @@ impl JobRunner {
     }
 
     /// Admission by need, before anything is downloaded: the source's size from its HEAD (the
-    /// job's, or a new one when that failed), what the job is expected to need ([`scratch::Admission::need_for`], or `needs` when an
-    /// earlier attempt found it needed more), reserved against the free scratch; the job waits
-    /// while it does not fit. A source larger than the whole scratch is the request's failure
-    /// (`limits_exceeded`). Without a HEAD answer, no reservation: the
-    /// download reports the source's fault or the store's.
+    /// job's, or a new one when that failed), what the job is expected to need
+    /// ([`scratch::Admission::need_for`], or `needs` when an earlier attempt found it needed
+    /// more), reserved against the free scratch; the job waits while it does not fit. A source
+    /// larger than the whole scratch is the request's failure (`limits_exceeded`). Without a
+    /// HEAD answer, no reservation: the download reports the source's fault or the store's.
     async fn admit(
         &self,
         req: &OptimizeRequest,
@@ -394,6 +394,8 @@ impl JobRunner {
 
         // Scan → nothing decodes a source that clamd has not passed.
         let profile = manifest::profile_of(req);
+        // What the resume record and the manifest are kept for: this profile's settings.
+        let fingerprint = manifest::fingerprint(&svc.settings, profile);
         let scan = if svc.settings.profiles[profile].scan {
             let scanning = self.timed(job, Stage::Scan, req.media_type, self.scan(scratch));
             let verdict = or_cancelled(cancel, Stage::Scan, scanning)
@@ -417,7 +419,7 @@ impl JobRunner {
             req,
             &scratch.source(),
             source.etag.as_deref(),
-            manifest::fingerprint(&svc.settings, profile),
+            fingerprint.clone(),
         )
         .await;
         let mut media_job = svc.settings.media_job(profile, req.media_type);
@@ -473,7 +475,6 @@ impl JobRunner {
                 analysis,
                 warnings,
             };
-            let fingerprint = manifest::fingerprint(&svc.settings, profile);
             if let Some(m) = Manifest::of(req, fingerprint, &produced) {
                 manifest::record(to.storage, to.bucket, req, &m, &scratch_path).await?;
             }
