@@ -196,6 +196,7 @@ impl Settings {
             ffmpeg_threads: self.ffmpeg_threads(),
             hint,
             resume: Vec::new(),
+            resumed_tracks: Vec::new(),
         }
     }
 

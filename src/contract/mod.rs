@@ -117,13 +117,17 @@ pub struct SourceInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Output {
     /// `variant` (a resized copy), `thumbnail` (a crop around the focal point), `rendition`
-    /// (a video transcode) or `poster` (an image output of a video's poster frame).
-    #[schemars(extend("enum" = ["variant", "thumbnail", "rendition", "poster"]))]
+    /// (a progressive video transcode), `poster` (an image output of a video's poster frame),
+    /// `stream` (an adaptive-streaming entry point: the HLS master playlist or the DASH MPD,
+    /// over CMAF segments uploaded beside it) or `storyboard` (the trick-play sprite and the
+    /// WebVTT file whose cues point into it).
+    #[schemars(extend("enum" = ["variant", "thumbnail", "rendition", "poster", "stream", "storyboard"]))]
     pub role: String,
     pub bucket: String,
     pub key: String,
-    /// `webp`, `jpeg`, `avif` or `mp4`.
-    #[schemars(extend("enum" = ["webp", "jpeg", "avif", "mp4"]))]
+    /// `webp`, `jpeg`, `avif`, `mp4`, `hls` (an m3u8 master playlist), `dash` (an MPD) or
+    /// `vtt` (WebVTT).
+    #[schemars(extend("enum" = ["webp", "jpeg", "avif", "mp4", "hls", "dash", "vtt"]))]
     pub format: String,
     pub content_type: String,
     pub width: u32,
@@ -231,9 +235,27 @@ pub struct VideoAnalysis {
     /// Where the poster frame was taken; absent without a poster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poster_time_ms: Option<u64>,
+    /// The source's loudness (EBU R128), for a profile with `loudness` and a source with
+    /// audible audio.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loudness: Option<Box<Loudness>>,
     /// The malware scan, for a profile with `scan = true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scan: Option<Box<ScanVerdict>>,
+}
+
+/// A source's loudness as EBU R128 measures it (ffmpeg's `loudnorm` measurement pass).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Loudness {
+    /// Integrated loudness, LUFS.
+    pub integrated_lufs: f64,
+    /// True peak, dBTP.
+    pub true_peak_dbtp: f64,
+    /// Loudness range, LU.
+    pub range_lu: f64,
+    /// The integrated loudness the outputs' audio was normalised to, when the profile asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalized_to_lufs: Option<f64>,
 }
 
 /// What the worker learnt about an image.

@@ -123,15 +123,21 @@ pub enum WarningCode {
     VariantRefitted,
     /// A variant covered by a narrower one of the same format.
     VariantSkipped,
+    /// No storyboard (its sprite and WebVTT) for a stream.
+    StoryboardFailed,
+    /// No `loudness` block, and the audio left as it was (silent or unreadable audio).
+    LoudnessFailed,
 }
 
 impl WarningCode {
-    pub const ALL: [WarningCode; 5] = [
+    pub const ALL: [WarningCode; 7] = [
         Self::AnalysisFailed,
         Self::PosterFailed,
         Self::AnimationMp4Failed,
         Self::VariantRefitted,
         Self::VariantSkipped,
+        Self::StoryboardFailed,
+        Self::LoudnessFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -141,6 +147,8 @@ impl WarningCode {
             Self::AnimationMp4Failed => "animation_mp4_failed",
             Self::VariantRefitted => "variant_refitted",
             Self::VariantSkipped => "variant_skipped",
+            Self::StoryboardFailed => "storyboard_failed",
+            Self::LoudnessFailed => "loudness_failed",
         }
     }
 }

@@ -423,8 +423,9 @@ impl JobRunner {
         )
         .await;
         let mut media_job = svc.settings.media_job(profile, req.media_type);
-        if let Some(l) = landed.as_ref().filter(|l| !l.renditions.is_empty()) {
+        if let Some(l) = landed.as_ref().filter(|l| !l.is_empty()) {
             media_job.resume = l.heights();
+            media_job.resumed_tracks = l.tracks.clone();
             tracing::info!(job = job.id(), renditions = ?media_job.resume,
                 "renditions uploaded by an earlier attempt are not made again");
         }
@@ -454,6 +455,7 @@ impl JobRunner {
         // The outputs, then the manifest, last: its presence means they all exist.
         let media_type = media.media_type;
         let (files, mut analysis, warnings) = (media.files, media.analysis, media.warnings);
+        let tracks = media.tracks;
         if let Some(verdict) = scan.clone() {
             analysis = Some(Analysis::with_scan(analysis, verdict));
         }
@@ -467,7 +469,7 @@ impl JobRunner {
                 media_type,
                 cache_control: &svc.settings.profiles[profile].cache_control,
             };
-            let outputs = resume::upload_all(&to, &files, landed, &scratch_path).await?;
+            let outputs = resume::upload_all(&to, &files, &tracks, landed, &scratch_path).await?;
             let produced = Produced {
                 source: src,
                 media_type,

@@ -89,6 +89,7 @@ pub(crate) fn run(
         files: transformed.files,
         analysis: analysis.map(Analysis::Image),
         warnings,
+        tracks: Vec::new(),
     })
 }
 
@@ -114,6 +115,7 @@ pub(crate) fn outputs(
         files: transformed.files,
         analysis: None,
         warnings: transformed.warnings,
+        tracks: Vec::new(),
     })
 }
 

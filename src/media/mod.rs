@@ -15,6 +15,7 @@ pub mod output;
 pub mod probe;
 pub mod settings;
 pub mod sniff;
+pub mod track;
 pub mod transform;
 pub mod video;
 pub mod vips;

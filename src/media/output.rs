@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{Analysis, MediaType, OutputFormat, Rect, Warning};
+use crate::media::settings::StreamingFormat;
+pub use crate::media::track::{Track, TrackId};
 
 /// One file written to the scratch output directory.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -31,6 +33,13 @@ pub enum FileFormat {
     Image(OutputFormat),
     /// H.264 + AAC in MP4.
     Mp4,
+    /// A CMAF piece of one track of a stream: its init segment (`None`) or media segment `n`.
+    Cmaf(TrackId, Option<u32>),
+    /// An HLS playlist: one track's media playlist, or the master (`None`).
+    Hls(Option<TrackId>),
+    /// A DASH MPD.
+    Dash,
+    WebVtt,
 }
 
 impl FileFormat {
@@ -38,12 +47,20 @@ impl FileFormat {
         match self {
             Self::Image(f) => f.name(),
             Self::Mp4 => "mp4",
+            Self::Cmaf(..) => "cmaf",
+            Self::Hls(_) => "hls",
+            Self::Dash => "dash",
+            Self::WebVtt => "vtt",
         }
     }
     pub fn content_type(self) -> &'static str {
         match self {
             Self::Image(f) => f.content_type(),
-            Self::Mp4 => "video/mp4",
+            Self::Mp4 | Self::Cmaf(TrackId::Video(_), _) => "video/mp4",
+            Self::Cmaf(TrackId::Audio, _) => "audio/mp4",
+            Self::Hls(_) => "application/vnd.apple.mpegurl",
+            Self::Dash => "application/dash+xml",
+            Self::WebVtt => "text/vtt",
         }
     }
 }
@@ -54,6 +71,9 @@ pub struct MediaOutput {
     pub files: Vec<ProducedFile>,
     pub analysis: Option<Analysis>,
     pub warnings: Vec<Warning>,
+    /// The video tracks of a stream made by this run, as the resume record keeps them.
+    #[serde(default)]
+    pub tracks: Vec<Track>,
 }
 
 /// What a produced file is for (the response's `role`).
@@ -64,6 +84,13 @@ pub enum Role {
     Thumbnail,
     Rendition,
     Poster,
+    /// An entry point of a stream: the HLS master playlist or the DASH MPD.
+    Stream,
+    /// The pieces a stream's entry points lead to (init and media segments, media
+    /// playlists): uploaded before them, never listed in a response.
+    Segment,
+    /// The trick-play sprite and its WebVTT.
+    Storyboard,
 }
 
 impl Role {
@@ -73,7 +100,16 @@ impl Role {
             Self::Thumbnail => "thumbnail",
             Self::Rendition => "rendition",
             Self::Poster => "poster",
+            Self::Stream => "stream",
+            Self::Segment => "segment",
+            Self::Storyboard => "storyboard",
         }
+    }
+
+    /// Whether a response lists outputs of this role (a stream's segments are reached through
+    /// its entry points).
+    pub fn listed(self) -> bool {
+        self != Self::Segment
     }
 }
 
@@ -111,6 +147,41 @@ pub mod names {
     pub fn poster(name: &str) -> String {
         format!("poster/{name}")
     }
+
+    /// The folder of a stream's files.
+    pub const STREAM_DIR: &str = "hls";
+    /// `hls/master.m3u8`
+    pub const HLS_MASTER: &str = "hls/master.m3u8";
+    /// `hls/manifest.mpd`, beside the master: the same segments.
+    pub const DASH_MPD: &str = "hls/manifest.mpd";
+    /// `720p/index.m3u8`, relative to [`STREAM_DIR`] (as the entry points name it).
+    pub fn media_playlist(track: TrackId) -> String {
+        format!("{track}/index.m3u8")
+    }
+    /// `720p/init.mp4`, relative to [`STREAM_DIR`].
+    pub fn init_segment(track: TrackId) -> String {
+        format!("{track}/init.mp4")
+    }
+    /// The media segments' names relative to [`STREAM_DIR`] in ffmpeg's (`%05d`) and DASH's
+    /// (`$Number%05d$`) template syntax; the first is number 0.
+    pub fn segment_template(track: TrackId, number: &str) -> String {
+        format!("{track}/seg-{number}.m4s")
+    }
+    /// `720p/seg-00003.m4s`, relative to [`STREAM_DIR`].
+    pub fn segment(track: TrackId, n: u32) -> String {
+        segment_template(track, &format!("{n:05}"))
+    }
+    /// `hls/{name}`
+    pub fn in_stream(name: &str) -> String {
+        format!("{STREAM_DIR}/{name}")
+    }
+    /// `storyboard.webp`
+    pub fn storyboard(format: OutputFormat) -> String {
+        image("storyboard", format)
+    }
+    pub const STORYBOARD_VTT: &str = "storyboard.vtt";
+
+    use super::TrackId;
 }
 
 /// The name a file `f` of `job` has, from its role, format and size alone (never from the name
@@ -131,11 +202,51 @@ pub fn expected_name(job: &super::MediaJob, f: &ProducedFile) -> Option<String> 
         };
         Some(names::image(&stem, format))
     };
+    let streams = |format| profile.streaming.contains(&format);
+    let streaming = !profile.streaming.is_empty();
+    let track = |t: TrackId| match t {
+        TrackId::Video(h) => h % 2 == 0 && (2..=4320).contains(&h),
+        TrackId::Audio => true,
+    };
     match (f.role, f.format) {
         (Role::Variant, _) => image(false),
         (Role::Thumbnail, _) => image(true),
         (Role::Poster, _) => image(f.crop.is_some()).map(|n| names::poster(&n)),
-        (Role::Rendition, FileFormat::Mp4) => Some(names::rendition(f.width.min(f.height))),
-        (Role::Rendition, _) => None,
+        (Role::Rendition, FileFormat::Mp4) if profile.progressive => {
+            Some(names::rendition(f.width.min(f.height)))
+        }
+        (Role::Stream, FileFormat::Hls(None)) if streams(StreamingFormat::Hls) => {
+            Some(names::HLS_MASTER.to_owned())
+        }
+        (Role::Stream, FileFormat::Dash) if streams(StreamingFormat::Dash) => {
+            Some(names::DASH_MPD.to_owned())
+        }
+        (Role::Segment, FileFormat::Hls(Some(t))) if streams(StreamingFormat::Hls) && track(t) => {
+            Some(names::in_stream(&names::media_playlist(t)))
+        }
+        (Role::Segment, FileFormat::Cmaf(t, None)) if streaming && track(t) => {
+            Some(names::in_stream(&names::init_segment(t)))
+        }
+        (Role::Segment, FileFormat::Cmaf(t, Some(n)))
+            if streaming && track(t) && n < max_segments(job) =>
+        {
+            Some(names::in_stream(&names::segment(t, n)))
+        }
+        (Role::Storyboard, FileFormat::Image(format))
+            if profile.storyboard.is_some_and(|s| s.format == format) =>
+        {
+            Some(names::storyboard(format))
+        }
+        (Role::Storyboard, FileFormat::WebVtt) if profile.storyboard.is_some() => {
+            Some(names::STORYBOARD_VTT.to_owned())
+        }
+        _ => None,
     }
+}
+
+/// The most media segments one track of `job` can have: the longest video the limits accept
+/// cut at the target duration, with room for a short last segment.
+pub fn max_segments(job: &super::MediaJob) -> u32 {
+    let secs = job.limits.max_video_seconds as u32;
+    secs.div_ceil(job.profile.segment_secs.max(1)) + 2
 }

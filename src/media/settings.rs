@@ -23,6 +23,9 @@ pub struct MediaJob {
     /// Heights of the video rungs an earlier attempt already uploaded: not made again.
     #[serde(default)]
     pub resume: Vec<u32>,
+    /// The streams of those rungs, as the playlists list them (a streaming profile).
+    #[serde(default)]
+    pub resumed_tracks: Vec<crate::media::track::Track>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -109,6 +112,25 @@ pub struct Profile {
     /// A poster frame sent through the image outputs above.
     #[serde(default = "yes")]
     pub poster: bool,
+    /// The renditions as progressive MP4 files (download links). With `streaming`, the same
+    /// encoded streams are also cut into segments: nothing is encoded twice.
+    #[serde(default = "yes")]
+    pub progressive: bool,
+    /// Adaptive streaming from the ladder's run: CMAF segments of every rung and of the audio
+    /// under `hls/`, with an HLS master playlist and/or a DASH MPD over the same segments.
+    #[serde(default)]
+    pub streaming: Vec<StreamingFormat>,
+    /// Target segment duration in seconds: every rung has a keyframe (closed GOP) at each
+    /// multiple of it, so a player can switch rungs at any segment.
+    #[serde(default = "default_segment_secs")]
+    pub segment_secs: u32,
+    /// Trick-play images of the ladder's run: a sprite sheet and a WebVTT file pointing into it.
+    #[serde(default)]
+    pub storyboard: Option<StoryboardSpec>,
+    /// Measure the source's loudness (EBU R128) and, with a target, normalise the outputs'
+    /// audio to it in the ladder's run.
+    #[serde(default)]
+    pub loudness: Option<LoudnessSpec>,
     /// Animated GIFs also get the video renditions (H.264 MP4, no poster), usually a fraction
     /// of the GIF's size.
     #[serde(default)]
@@ -155,6 +177,49 @@ fn default_renditions() -> Vec<Rendition> {
 
 fn yes() -> bool {
     true
+}
+
+fn default_segment_secs() -> u32 {
+    4
+}
+
+/// A streaming entry point over the one set of CMAF segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamingFormat {
+    /// `hls/master.m3u8`
+    Hls,
+    /// `hls/manifest.mpd`
+    Dash,
+}
+
+/// The storyboard: a tile every `interval_secs` (more apart for long videos, so that there
+/// are at most `max_tiles`), `tile_width` px wide, `columns` to a row of one sprite.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoryboardSpec {
+    pub interval_secs: f64,
+    pub max_tiles: u32,
+    pub tile_width: u32,
+    pub columns: u32,
+    /// `webp` or `jpeg`.
+    pub format: OutputFormat,
+    pub quality: u8,
+}
+
+/// Loudness measurement, and normalisation when `target_lufs` is set: the integrated loudness
+/// brought to it, the true peak kept under `max_true_peak_dbtp`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoudnessSpec {
+    #[serde(default)]
+    pub target_lufs: Option<f64>,
+    #[serde(default = "default_true_peak")]
+    pub max_true_peak_dbtp: f64,
+}
+
+fn default_true_peak() -> f64 {
+    -1.0
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -261,7 +326,39 @@ impl Section for Profile {
                     .all(|r| (16..=4320).contains(&r.height) && r.crf <= 51),
             "renditions",
             "need at least one, height 16-4320, crf 0-51",
-        )
+        )?;
+        ensure(
+            self.progressive || !self.streaming.is_empty(),
+            "progressive",
+            "a profile without progressive renditions needs `streaming`",
+        )?;
+        ensure(
+            (1..=30).contains(&self.segment_secs),
+            "segment_secs",
+            "need 1 to 30 s",
+        )?;
+        if let Some(s) = &self.storyboard {
+            ensure(
+                s.interval_secs >= 0.5
+                    && (1..=1000).contains(&s.max_tiles)
+                    && (32..=640).contains(&s.tile_width)
+                    && (1..=25).contains(&s.columns)
+                    && matches!(s.format, OutputFormat::Webp | OutputFormat::Jpeg)
+                    && (1..=100).contains(&s.quality),
+                "storyboard",
+                "need interval_secs >= 0.5, max_tiles 1-1000, tile_width 32-640, columns 1-25, \
+                 format webp or jpeg, quality 1-100",
+            )?;
+        }
+        if let Some(l) = &self.loudness {
+            ensure(
+                l.target_lufs.is_none_or(|t| (-70.0..=-5.0).contains(&t))
+                    && (-9.0..=0.0).contains(&l.max_true_peak_dbtp),
+                "loudness",
+                "need target_lufs -70 to -5 and max_true_peak_dbtp -9 to 0",
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -292,6 +389,7 @@ pub(crate) mod defaults {
             ffmpeg_threads: 1,
             hint: None,
             resume: Vec::new(),
+            resumed_tracks: Vec::new(),
         }
     }
 }

@@ -224,5 +224,6 @@ fn forged_output(path: PathBuf) -> MediaOutput {
         }],
         analysis: None,
         warnings: Vec::new(),
+        tracks: Vec::new(),
     }
 }

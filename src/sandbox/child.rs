@@ -55,7 +55,7 @@ pub fn run(req: &Request, reply: OwnedFd, plan: &Plan) -> ! {
             error: MediaError::Io(format!("cannot confine the sandbox: {e}")),
         }),
     };
-    send(&mut out, &Reply::Done(result));
+    send(&mut out, &Reply::Done(Box::new(result)));
     // SAFETY: ends the process now: nothing it holds needs cleaning up (the worker removes
     // scratch once the server has reaped this process).
     unsafe { libc::_exit(0) }

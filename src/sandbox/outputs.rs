@@ -16,8 +16,20 @@ use crate::media::{MediaError, MediaFailure, MediaOutput};
 
 use super::work::Work;
 
-/// More files than any profile makes (every width × format, thumbnails, renditions, poster).
+/// More files than any profile makes besides a stream's pieces (every width × format,
+/// thumbnails, renditions, poster, storyboard, entry points).
 pub const MAX_FILES: usize = 256;
+
+/// The most files `job` can make: [`MAX_FILES`], and for a streaming profile every track's
+/// init segment, media segments and media playlist.
+pub fn max_files(job: &crate::media::MediaJob) -> usize {
+    let p = &job.profile;
+    if p.streaming.is_empty() {
+        return MAX_FILES;
+    }
+    let tracks = p.renditions.len() + 1;
+    MAX_FILES + tracks * (crate::media::output::max_segments(job) as usize + 2)
+}
 /// More bytes than any job makes (a 10-minute 4K ladder is under 4 GiB).
 pub const MAX_TOTAL_BYTES: u64 = 16 << 30;
 
@@ -28,9 +40,10 @@ pub fn check(work: &Work, mut output: MediaOutput) -> Result<MediaOutput, MediaF
         stage: Stage::Transform,
         error: MediaError::Crashed(format!("the sandbox reported an output it may not: {why}")),
     };
-    if output.files.len() > MAX_FILES {
+    let most = max_files(&work.job);
+    if output.files.len() > most {
         return Err(refuse(format!(
-            "{} files (at most {MAX_FILES})",
+            "{} files (at most {most})",
             output.files.len()
         )));
     }
@@ -132,6 +145,7 @@ mod tests {
             files,
             analysis: None,
             warnings: Vec::new(),
+            tracks: Vec::new(),
         };
         let secret = dir.path().join("secret");
         std::fs::write(&secret, "secret").unwrap();

@@ -84,7 +84,7 @@ impl Drop for Server {
 /// How a job ended.
 enum Outcome {
     /// The job process answered and is gone; the server may take the next job.
-    Answered(Result<MediaOutput, MediaFailure>, Option<Box<Server>>),
+    Answered(Box<Result<MediaOutput, MediaFailure>>, Option<Box<Server>>),
     /// The job process died, broke the protocol, or its server did.
     Crashed(MediaFailure, Option<Box<Server>>),
     /// The worker stopped it (time limit or cancellation).
@@ -135,7 +135,7 @@ impl Pool {
                 .await;
             let (result, server) = match ended {
                 Outcome::Answered(result, server) => {
-                    (result.and_then(|o| outputs::check(work, o)), server)
+                    ((*result).and_then(|o| outputs::check(work, o)), server)
                 }
                 Outcome::Crashed(f, server) => {
                     // A server that could not take the job is this pod's fault, not a death.
@@ -228,7 +228,7 @@ impl Pool {
                         on_event(e);
                     }
                     Some(Frame::Reply(Reply::Done(result))) if done.is_none() => {
-                        done = Some(result);
+                        done = Some(*result);
                         // It exits now; if it does not, it is made to.
                         if stopping.is_none() {
                             stopping = Some((Stopping::Answered, tokio::time::Instant::now() + GRACE));
@@ -318,7 +318,9 @@ impl Pool {
             {
                 return Outcome::Crashed(f, Some(Box::new(server)));
             }
-            (_, _, Some(result)) => return Outcome::Answered(result, Some(Box::new(server))),
+            (_, _, Some(result)) => {
+                return Outcome::Answered(Box::new(result), Some(Box::new(server)));
+            }
             (_, exit, None) => {
                 // Its last words, once the server's stderr has caught up with its end.
                 server.stderr.caught_up(server.jobs, GRACE / 5).await;

@@ -34,7 +34,8 @@ pub struct Request {
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Reply {
     Event(Event),
-    Done(Result<MediaOutput, MediaFailure>),
+    /// Boxed: an outcome is many times an event's size.
+    Done(Box<Result<MediaOutput, MediaFailure>>),
 }
 
 /// What a fork server says.

@@ -17,8 +17,9 @@ use serde::{Deserialize, Serialize};
 use super::manifest;
 use super::upload::{self, Destination, key};
 use crate::contract::{MediaType, OptimizeRequest, Output, SourceRef};
+use crate::media::output::{Track, TrackId};
 use crate::media::sniff::{self, Sniffed};
-use crate::media::{ProducedFile, Role};
+use crate::media::{FileFormat, ProducedFile, Role};
 use crate::storage::{ObjectMeta, Storage, StorageError};
 
 pub const RECORD: &str = "renditions.json";
@@ -31,7 +32,12 @@ pub struct Landed {
     pub source_etag: String,
     pub profile: String,
     pub fingerprint: String,
+    /// The progressive MP4s, as the response lists them.
     pub renditions: Vec<Output>,
+    /// A streaming profile's rungs whose segments and media playlist landed, as the entry
+    /// points list them.
+    #[serde(default)]
+    pub tracks: Vec<Track>,
 }
 
 impl Landed {
@@ -42,12 +48,25 @@ impl Landed {
             profile: profile.to_owned(),
             fingerprint,
             renditions: Vec::new(),
+            tracks: Vec::new(),
         }
     }
 
     /// The rung heights (shorter displayed sides) already there, for the media job.
     pub fn heights(&self) -> Vec<u32> {
-        self.renditions.iter().map(rung_height).collect()
+        let mut h: Vec<u32> = self.renditions.iter().map(rung_height).collect();
+        h.extend(self.tracks.iter().filter_map(|t| match t.id {
+            TrackId::Video(h) => Some(h),
+            TrackId::Audio => None,
+        }));
+        h.sort_by_key(|h| std::cmp::Reverse(*h));
+        h.dedup();
+        h
+    }
+
+    /// Whether nothing landed.
+    pub fn is_empty(&self) -> bool {
+        self.renditions.is_empty() && self.tracks.is_empty()
     }
 
     fn is_for(&self, other: &Landed) -> bool {
@@ -108,44 +127,90 @@ async fn lookup(
     }
 }
 
-/// The upload stage: with a record ([`find`]) and a video, its renditions one at a time, each
-/// recorded as it lands, then the other files; otherwise every file at once ([`upload::run`]).
+/// The upload stage. A stream's entry points go last, after every piece they lead to. Before
+/// them: with a record ([`find`]) and a video, the rungs one at a time (each its MP4 and its
+/// stream's pieces), each recorded as it lands, then the other files; otherwise every file at
+/// once ([`upload::run`]), a track's media playlist after its segments. Returns the outputs a
+/// response lists (not a stream's pieces).
 pub async fn upload_all(
     to: &Destination<'_>,
     files: &[ProducedFile],
+    tracks: &[Track],
     landed: Option<Landed>,
     scratch: &Path,
 ) -> Result<Vec<Output>, StorageError> {
-    match landed {
+    let (entries, rest): (Vec<_>, Vec<_>) = files.iter().partition(|f| f.role == Role::Stream);
+    let mut outputs = match landed {
         Some(landed) if to.media_type == MediaType::Video => {
-            let (renditions, rest): (Vec<_>, Vec<_>) =
-                files.iter().partition(|f| f.role == Role::Rendition);
-            let mut outputs = upload(to, &renditions, landed, scratch).await?;
-            outputs.extend(upload::run(to, rest).await?);
-            Ok(outputs)
+            let (rungs, others): (Vec<_>, Vec<_>) =
+                rest.into_iter().partition(|f| rung_of(f).is_some());
+            let mut outputs = upload(to, &rungs, tracks, landed, scratch).await?;
+            outputs.extend(pieces_first(to, &others).await?);
+            outputs
         }
-        _ => upload::run(to, files).await,
+        _ => pieces_first(to, &rest).await?,
+    };
+    outputs.extend(upload::run(to, entries).await?);
+    outputs.retain(|o| o.role != Role::Segment.as_str());
+    Ok(outputs)
+}
+
+/// The rung a file belongs to: a rendition, or a piece of a rung's stream.
+fn rung_of(f: &ProducedFile) -> Option<u32> {
+    match (f.role, f.format) {
+        (Role::Rendition, _) => Some(f.width.min(f.height)),
+        (Role::Segment, FileFormat::Cmaf(TrackId::Video(h), _))
+        | (Role::Segment, FileFormat::Hls(Some(TrackId::Video(h)))) => Some(h),
+        _ => None,
     }
 }
 
-/// Uploads `renditions` one at a time, recording each in `landed` (and in storage) as it lands;
-/// every landed rendition, tallest first, as the response lists them.
+/// Uploads `files`, media playlists after everything else (their segments).
+async fn pieces_first(
+    to: &Destination<'_>,
+    files: &[&ProducedFile],
+) -> Result<Vec<Output>, StorageError> {
+    let playlist = |f: &&&ProducedFile| matches!(f.format, FileFormat::Hls(Some(_)));
+    let mut outputs = upload::run(to, files.iter().filter(|f| !playlist(f)).copied()).await?;
+    outputs.extend(upload::run(to, files.iter().filter(playlist).copied()).await?);
+    Ok(outputs)
+}
+
+/// Uploads `files` rung by rung, tallest first, recording each rung in `landed` (and in
+/// storage) once all its files landed; every landed rendition, tallest first, as the response
+/// lists them.
 async fn upload(
     to: &Destination<'_>,
-    renditions: &[&ProducedFile],
+    files: &[&ProducedFile],
+    tracks: &[Track],
     mut landed: Landed,
     scratch: &Path,
 ) -> Result<Vec<Output>, StorageError> {
-    let resumed = landed.renditions.len() as u64;
-    for f in renditions {
-        let out = upload::one(to, f).await?;
-        landed.renditions.retain(|o| o.key != out.key);
-        landed.renditions.push(out);
+    let resumed = landed.heights().len() as u64;
+    let mut heights: Vec<u32> = files.iter().filter_map(|f| rung_of(f)).collect();
+    heights.sort_by_key(|h| std::cmp::Reverse(*h));
+    heights.dedup();
+    for &h in &heights {
+        let group: Vec<_> = files
+            .iter()
+            .filter(|f| rung_of(f) == Some(h))
+            .copied()
+            .collect();
+        for out in pieces_first(to, &group).await? {
+            if out.role == Role::Rendition.as_str() {
+                landed.renditions.retain(|o| o.key != out.key);
+                landed.renditions.push(out);
+            }
+        }
+        if let Some(t) = tracks.iter().find(|t| t.id == TrackId::Video(h)) {
+            landed.tracks.retain(|o| o.id != t.id);
+            landed.tracks.push(t.clone());
+        }
         record(to, &landed, scratch).await?;
     }
     let m = to.metrics;
     m.renditions.with_label_values(&["resumed"]).inc_by(resumed);
-    let encoded = renditions.len() as u64;
+    let encoded = heights.len() as u64;
     m.renditions.with_label_values(&["encoded"]).inc_by(encoded);
     let mut all = landed.renditions;
     all.sort_by_key(|o| std::cmp::Reverse(rung_height(o)));

@@ -11,6 +11,7 @@ use futures_util::StreamExt;
 use media_worker::config::Settings;
 use media_worker::error::JobError;
 use media_worker::media::MediaError;
+use media_worker::media::settings::{LoudnessSpec, StoryboardSpec, StreamingFormat};
 use media_worker::sandbox::{Limits, Pool, PoolConfig, Work};
 use media_worker::scratch::ScratchDir;
 use tokio_util::sync::CancellationToken;
@@ -83,6 +84,23 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
             crf: 35,
         }],
         poster: true,
+        // Mutated videos reach the stream's muxers and playlists, the storyboard and the
+        // loudness measurement too.
+        progressive: true,
+        streaming: vec![StreamingFormat::Hls, StreamingFormat::Dash],
+        segment_secs: 2,
+        storyboard: Some(StoryboardSpec {
+            interval_secs: 1.0,
+            max_tiles: 20,
+            tile_width: 64,
+            columns: 5,
+            format: media_worker::contract::OutputFormat::Webp,
+            quality: 50,
+        }),
+        loudness: Some(LoudnessSpec {
+            target_lufs: Some(-16.0),
+            max_true_peak_dbtp: -1.0,
+        }),
         // Mutated GIFs reach ffmpeg too.
         animation_mp4: true,
         cache_control: "no-cache".into(),

@@ -7,11 +7,14 @@
 
 mod child;
 pub mod ffprobe;
+pub mod loudness;
 pub mod poster;
+pub mod storyboard;
+pub mod stream;
 pub mod transcode;
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -19,7 +22,7 @@ pub use child::{exits_within, kill_all};
 
 use super::control::{Control, Event};
 use super::error::{MediaError, MediaFailure, at};
-use super::output::{FileFormat, MediaOutput, ProducedFile, Role, names};
+use super::output::{FileFormat, MediaOutput, ProducedFile, Role, TrackId, names};
 use super::settings::{MediaJob, Rendition};
 use super::sniff::Container;
 use crate::contract::{Analysis, MediaType, Stage, VideoAnalysis, Warning, WarningCode};
@@ -48,7 +51,8 @@ pub fn time_ceiling(job: &MediaJob) -> Duration {
     let seconds = job.limits.max_video_seconds as f64;
     let per_rung = Duration::from_secs(job.video.timeout_base_secs)
         + Duration::from_secs_f64(seconds * job.video.timeout_per_second.max(0.0));
-    per_rung * (job.profile.renditions.len() as u32).max(1) + per_rung
+    let loudness = job.profile.loudness.is_some() as u32;
+    per_rung * ((job.profile.renditions.len() as u32).max(1) + 1 + loudness)
 }
 
 /// The video renditions of an animated GIF (`Profile::animation_mp4`): the ladder as for a
@@ -61,7 +65,9 @@ pub fn animation_renditions(
     ctl: &mut Control,
 ) -> Result<(Vec<ProducedFile>, Vec<Warning>), MediaFailure> {
     let mut job = job.clone();
-    job.profile.poster = false;
+    let p = &mut job.profile;
+    (p.poster, p.progressive, p.storyboard, p.loudness) = (false, true, None, None);
+    p.streaming.clear();
     let out = process(&job, input, Container::Gif, out_dir, ctl)?;
     Ok((out.files, out.warnings))
 }
@@ -77,43 +83,79 @@ fn run(
     work: &Path,
     ctl: &mut Control,
 ) -> Result<MediaOutput, MediaFailure> {
+    let profile = &job.profile;
     let log = work.join("ffprobe.log");
     let probe = ffprobe::run(&job.video, input, container, &log, &ctl.cancel)
         .and_then(|p| ffprobe::check(&p, &job.limits).map(|_| p))
         .map_err(at(Stage::Probe))?;
     // The rungs an earlier attempt uploaded are not made again (the caller adds their outputs).
-    let rungs: Vec<(Rendition, PathBuf)> = transcode::plan(&job.profile.renditions, &probe)
+    let rungs: Vec<Rendition> = transcode::plan(&profile.renditions, &probe)
         .into_iter()
         .filter(|r| !job.resume.contains(&r.height))
-        .map(|r| (r, PathBuf::from(names::rendition(r.height))))
         .collect();
-    let frames = if job.profile.poster {
+    let frames = if profile.poster {
         poster::candidate_times(probe.duration, job.video.poster_candidates)
     } else {
         Vec::new()
     };
-    // One run, as long as one run per rung took, plus as much again for the poster.
+    let stream = (!profile.streaming.is_empty())
+        .then(|| transcode::Streaming::new(profile.segment_secs, &probe));
+    let mut warnings = Vec::new();
+    let warn = |code, message: String| Warning { code, message };
+    let mut board = profile
+        .storyboard
+        .as_ref()
+        .and_then(|s| storyboard::plan(s, &probe));
+    if profile.storyboard.is_some() && board.is_none() {
+        let why = "the video's duration is unknown".to_owned();
+        warnings.push(warn(WarningCode::StoryboardFailed, why));
+    }
+    // One run, as long as one run per rung took, plus as much again for the poster (and for
+    // the loudness measurement).
     let per_rung = transcode::time_limit(&job.video, &probe, job.limits.max_video_seconds);
     let run_limit = per_rung * (rungs.len() as u32).max(1);
-    ctl.emit(Event::TimeLimit(run_limit + per_rung));
+    let measuring = profile.loudness.is_some() && probe.audio_codec.is_some();
+    ctl.emit(Event::TimeLimit(
+        run_limit + per_rung * (1 + measuring as u32),
+    ));
+
+    // Loudness first, on the audio alone: the run's audio filter follows from it.
+    let mut loudness = None;
+    if let (Some(spec), true) = (&profile.loudness, measuring) {
+        ctl.emit(Event::Stage(Stage::Analyze));
+        let log = work.join("loudness.log");
+        match loudness::measure(&job.video, &probe, input, &log, per_rung, &ctl.cancel) {
+            Ok(Some(m)) => loudness = Some((m, spec)),
+            Ok(None) => warnings.push(warn(
+                WarningCode::LoudnessFailed,
+                "the audio is silent".to_owned(),
+            )),
+            Err(MediaError::Timeout(d)) => return Err(at(Stage::Analyze)(MediaError::Timeout(d))),
+            Err(e) => warnings.push(warn(WarningCode::LoudnessFailed, e.to_string())),
+        }
+    }
+    let audio_filter = loudness
+        .as_ref()
+        .and_then(|(m, spec)| loudness::normalise(m, spec));
 
     ctl.emit(Event::Stage(Stage::Transform));
     let mut files = Vec::new();
-    let mut warnings = Vec::new();
-    let poster_failed = |message: String| Warning {
-        code: WarningCode::PosterFailed,
-        message,
-    };
+    let mut tracks = Vec::new();
     let mut chooser = poster::Chooser::new(job, &frames, work);
     // A poster is made from the run's candidates (none when the profile has no poster).
     let mut make_poster = !frames.is_empty();
-    if !rungs.is_empty() || !frames.is_empty() {
-        // Names relative to `out_dir`, where ffmpeg runs (no path in its `tee` syntax).
-        let outputs = transcode::Outputs {
-            rungs: &rungs,
-            frames: &frames,
-            frame_dir: Path::new(WORK),
-        };
+    // Names relative to `out_dir`, where ffmpeg runs (no path in its `tee` syntax).
+    let outputs = transcode::Outputs {
+        rungs: &rungs,
+        progressive: profile.progressive,
+        stream,
+        storyboard: board.as_ref(),
+        audio_filter: audio_filter.as_deref(),
+        frames: &frames,
+        frame_dir: Path::new(WORK),
+    };
+    let stream_audio = stream.is_some() && probe.audio_codec.is_some();
+    if !rungs.is_empty() || stream_audio || !frames.is_empty() || board.is_some() {
         // The candidates are scored as they come, while ffmpeg encodes.
         let mut scoring = || chooser.poll();
         let run = encode(
@@ -128,17 +170,75 @@ fn run(
         );
         match run {
             Ok(written) => {
-                for (r, path) in &rungs {
-                    files.push(rendition(&probe, r.height, &out_dir.join(path), written)?);
+                complete(&probe, written).map_err(at(Stage::Transform))?;
+                for r in &rungs {
+                    let path = out_dir.join(names::rendition(r.height));
+                    if profile.progressive {
+                        files.push(rendition(&probe, r.height, &path, written)?);
+                    }
+                    if let Some(s) = stream {
+                        let size = transcode::output_size(&probe, r.height);
+                        let id = TrackId::Video(r.height);
+                        let (track, pieces) = stream::read_track(
+                            out_dir,
+                            id,
+                            size,
+                            Some(s.frame_rate),
+                            &profile.streaming,
+                        )
+                        .map_err(at(Stage::Transform))?;
+                        tracks.push(track);
+                        files.extend(pieces);
+                    }
+                }
+                if let Some(plan) = board.take() {
+                    match plan.files(out_dir) {
+                        Ok(sprite) => files.extend(sprite),
+                        Err(e) => warnings.push(warn(WarningCode::StoryboardFailed, e.to_string())),
+                    }
                 }
             }
-            // Without renditions to make, a failure costs the poster only.
-            Err(e) if rungs.is_empty() => {
-                warnings.push(poster_failed(e.error.to_string()));
+            // Without renditions to make, a failure costs the poster and storyboard only.
+            Err(e) if rungs.is_empty() && !stream_audio => {
+                if make_poster {
+                    warnings.push(warn(WarningCode::PosterFailed, e.error.to_string()));
+                }
+                if board.take().is_some() {
+                    warnings.push(warn(WarningCode::StoryboardFailed, e.error.to_string()));
+                }
                 make_poster = false;
             }
             Err(e) => return Err(e),
         }
+    }
+    if let Some(s) = stream {
+        let audio = if stream_audio {
+            let (track, pieces) =
+                stream::read_track(out_dir, TrackId::Audio, (0, 0), None, &profile.streaming)
+                    .map_err(at(Stage::Transform))?;
+            files.extend(pieces);
+            Some(track)
+        } else {
+            None
+        };
+        // Every rung, those an earlier attempt uploaded too, tallest first.
+        let mut video: Vec<_> = job
+            .resumed_tracks
+            .iter()
+            .filter(|t| !tracks.iter().any(|n| n.id == t.id))
+            .chain(&tracks)
+            .cloned()
+            .collect();
+        video.sort_by_key(|t| std::cmp::Reverse(t.id));
+        let entries = stream::entry_points(
+            out_dir,
+            &profile.streaming,
+            &video,
+            audio.as_ref(),
+            s.segment_secs,
+        )
+        .map_err(at(Stage::Transform))?;
+        files.extend(entries);
     }
 
     let mut poster_time = None;
@@ -152,7 +252,7 @@ fn run(
                 files.extend(outputs);
                 warnings.append(&mut more);
             }
-            Err(e) => warnings.push(poster_failed(e)),
+            Err(e) => warnings.push(warn(WarningCode::PosterFailed, e)),
         }
     }
     Ok(MediaOutput {
@@ -170,9 +270,11 @@ fn run(
             rotation: probe.rotation,
             hdr: probe.hdr,
             poster_time_ms: poster_time.map(|t| t.as_millis() as u64),
+            loudness: loudness.map(|(m, spec)| Box::new(m.report(spec))),
             scan: None,
         })),
         warnings,
+        tracks,
     })
 }
 
@@ -190,9 +292,28 @@ fn encode(
     ctl: &mut Control,
     between: &mut dyn FnMut(),
 ) -> Result<Duration, MediaFailure> {
-    for (_, out) in outputs.rungs {
-        std::fs::create_dir_all(out_dir.join(out).parent().expect("has a parent"))
-            .map_err(|e| at(Stage::Transform)(e.into()))?;
+    // The muxers write into folders they do not create.
+    let mut dirs = Vec::new();
+    if outputs.progressive && !outputs.rungs.is_empty() {
+        dirs.push(
+            out_dir
+                .join(names::rendition(0))
+                .parent()
+                .expect("in a folder")
+                .to_owned(),
+        );
+    }
+    if outputs.stream.is_some() {
+        let mut ids: Vec<TrackId> = outputs
+            .rungs
+            .iter()
+            .map(|r| TrackId::Video(r.height))
+            .collect();
+        ids.push(TrackId::Audio);
+        dirs.extend(stream::dirs(out_dir, &ids));
+    }
+    for d in dirs {
+        std::fs::create_dir_all(d).map_err(|e| at(Stage::Transform)(e.into()))?;
     }
     let args = transcode::args(&job.video, job.ffmpeg_threads, probe, input, outputs);
     let mut cmd = Command::new(&job.video.ffmpeg);
@@ -222,9 +343,26 @@ fn encode(
     Ok(written)
 }
 
+/// Whether a run that wrote `written` of media time wrote the whole input: one much shorter
+/// means the input ended early, a truncated upload whose header promised more. (A run without
+/// rungs writes no media time: nothing to say.)
+fn complete(source: &VideoProbe, written: Duration) -> Result<(), MediaError> {
+    match source.duration {
+        Some(want)
+            if !written.is_zero() && written.as_secs_f64() < want.as_secs_f64() * 0.9 - 0.5 =>
+        {
+            Err(MediaError::Corrupt(format!(
+                "the video ends after {:.1} s of the {:.1} s its header announces",
+                written.as_secs_f64(),
+                want.as_secs_f64()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A finished rendition. Its size follows from the scale filter and its duration from
-/// ffmpeg's last progress report (no second ffprobe run). A rendition much shorter than the
-/// input means the input ended early: a truncated upload whose header promised more.
+/// ffmpeg's last progress report (no second ffprobe run).
 fn rendition(
     source: &VideoProbe,
     short_side: u32,
@@ -232,15 +370,6 @@ fn rendition(
     written: Duration,
 ) -> Result<ProducedFile, MediaFailure> {
     let fail = at(Stage::Transform);
-    if let Some(want) = source.duration
-        && written.as_secs_f64() < want.as_secs_f64() * 0.9 - 0.5
-    {
-        return Err(fail(MediaError::Corrupt(format!(
-            "the video ends after {:.1} s of the {:.1} s its header announces",
-            written.as_secs_f64(),
-            want.as_secs_f64()
-        ))));
-    }
     let size_bytes = std::fs::metadata(path).map_err(|e| fail(e.into()))?.len();
     let (width, height) = transcode::output_size(source, short_side);
     Ok(ProducedFile {

@@ -1,13 +1,17 @@
 //! Stage 5 for video: the rendition ladder in one ffmpeg run. The source is decoded once and
 //! split into the rungs (H.264 yuv420p, upright, never upscaled, HDR tone-mapped to SDR once),
-//! written as the streams of one `tee` output so that the AAC audio is encoded once; the poster
-//! candidates are one more branch of the same graph (see `poster`).
+//! written as the streams of one `tee` output so that the AAC audio is encoded once: each
+//! encoded stream goes to its progressive MP4 and, for a streaming profile, to ffmpeg's HLS
+//! muxer, which cuts it into CMAF segments (see `stream`). The storyboard and the poster
+//! candidates are more branches of the same graph (see `storyboard`, `poster`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::ffprobe::VideoProbe;
+use super::{storyboard, stream};
+use crate::media::output::{TrackId, names};
 use crate::media::settings::{Rendition, VideoSettings};
 
 /// The rungs to produce: those whose height (the shorter displayed side) is not above the
@@ -63,13 +67,52 @@ pub fn to_sdr(probe: &VideoProbe) -> &'static str {
     }
 }
 
-/// What one ffmpeg run writes: renditions (tallest first) and poster candidate frames.
+/// What one ffmpeg run writes: renditions (tallest first), their streams, the storyboard and
+/// poster candidate frames.
 pub struct Outputs<'a> {
-    pub rungs: &'a [(Rendition, PathBuf)],
+    pub rungs: &'a [Rendition],
+    /// Each rung as a progressive MP4 (`names::rendition`).
+    pub progressive: bool,
+    /// Each rung, and the audio, also cut into CMAF segments (see `stream`).
+    pub stream: Option<Streaming>,
+    pub storyboard: Option<&'a storyboard::Plan>,
+    /// The audio's filter: loudness normalisation (see `loudness`).
+    pub audio_filter: Option<&'a str>,
     /// Poster candidates: the first frame from each time (ascending), upright, SDR, as RGB PNG,
     /// written to [`frame_file`]`(frame_dir, i)`.
     pub frames: &'a [Duration],
     pub frame_dir: &'a Path,
+}
+
+/// How the rungs are cut for streaming.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Streaming {
+    pub segment_secs: u32,
+    /// The constant frame rate of every rung: segment boundaries fall at the same times in all
+    /// of them, with no drift from a variable-rate source.
+    pub frame_rate: f64,
+}
+
+/// The highest frame rate a stream is given: players and phones gain nothing above it.
+const MAX_STREAM_FPS: f64 = 60.0;
+
+impl Streaming {
+    pub fn new(segment_secs: u32, probe: &VideoProbe) -> Streaming {
+        Streaming {
+            segment_secs,
+            frame_rate: probe.fps.unwrap_or(30.0).clamp(1.0, MAX_STREAM_FPS),
+        }
+    }
+}
+
+impl Outputs<'_> {
+    /// Whether the run has a `tee` output: rungs, or a stream's audio.
+    fn tee(&self, probe: &VideoProbe) -> bool {
+        !self.rungs.is_empty() || self.stream_audio(probe)
+    }
+    fn stream_audio(&self, probe: &VideoProbe) -> bool {
+        self.stream.is_some() && probe.audio_codec.is_some()
+    }
 }
 
 /// Where candidate `i` is written. The k-th frame selected is candidate k: between two
@@ -99,11 +142,13 @@ fn first_frames_from(times: &[Duration]) -> String {
     terms.join("+")
 }
 
-/// The filter graph of a run: the source split once into the ladder (`[v0]`, ...) and the
-/// poster candidates (`[c]`). The tallest rung is scaled from the source (and
-/// tone-mapped there, once, for HDR), each smaller one from the tallest: scaling from 720p
-/// rather than 1080p costs less, for an SSIM against the source within 0.0001 (`make bench`).
-pub fn filter_graph(probe: &VideoProbe, rungs: &[Rendition], frames: &[Duration]) -> String {
+/// The filter graph of a run: the source split once into the ladder (`[v0]`, ...), the
+/// storyboard (`[b]`) and the poster candidates (`[c]`). The tallest rung is scaled from the
+/// source (and tone-mapped there, once, for HDR), each smaller one from the tallest: scaling
+/// from 720p rather than 1080p costs less, for an SSIM against the source within 0.0001 (`make
+/// bench`). A stream's rungs are brought to its constant frame rate first.
+pub fn filter_graph(probe: &VideoProbe, outputs: &Outputs) -> String {
+    let rungs = outputs.rungs;
     let size = |r: &Rendition| output_size(probe, r.height);
     let mut heads = Vec::new();
     let mut chains = Vec::new();
@@ -111,8 +156,12 @@ pub fn filter_graph(probe: &VideoProbe, rungs: &[Rendition], frames: &[Duration]
         heads.push("[t]".to_owned());
         let (w, h) = size(top);
         let splits: String = (1..rungs.len()).map(|i| format!("[s{i}]")).collect();
+        let cfr = outputs
+            .stream
+            .map(|s| format!("fps={},", rate(s.frame_rate)))
+            .unwrap_or_default();
         chains.push(format!(
-            "[t]scale={w}:{h},{},split={}[v0]{splits}",
+            "[t]{cfr}scale={w}:{h},{},split={}[v0]{splits}",
             to_sdr(probe),
             rungs.len()
         ));
@@ -121,11 +170,15 @@ pub fn filter_graph(probe: &VideoProbe, rungs: &[Rendition], frames: &[Duration]
             chains.push(format!("[s{i}]scale={w}:{h}[v{i}]"));
         }
     }
-    if !frames.is_empty() {
+    if let Some(plan) = outputs.storyboard {
+        heads.push("[b]".to_owned());
+        chains.push(format!("[b]{}[sb]", plan.filter(to_sdr(probe))));
+    }
+    if !outputs.frames.is_empty() {
         heads.push("[f]".to_owned());
         chains.push(format!(
             "[f]select={},{},format=rgb24[c]",
-            first_frames_from(frames),
+            first_frames_from(outputs.frames),
             to_sdr(probe)
         ));
     }
@@ -136,6 +189,11 @@ pub fn filter_graph(probe: &VideoProbe, rungs: &[Rendition], frames: &[Duration]
         .join(";")
 }
 
+/// A frame rate as ffmpeg reads it: the NTSC rates exactly (`30000/1001`).
+fn rate(fps: f64) -> String {
+    super::stream::frame_rate(fps)
+}
+
 /// ffmpeg's arguments for one run writing `outputs`, progress reports on stdout.
 pub fn args(
     settings: &VideoSettings,
@@ -144,8 +202,7 @@ pub fn args(
     input: &Path,
     outputs: &Outputs,
 ) -> Vec<OsString> {
-    let rungs: Vec<Rendition> = outputs.rungs.iter().map(|(r, _)| *r).collect();
-    let graph = filter_graph(probe, &rungs, outputs.frames);
+    let graph = filter_graph(probe, outputs);
     let ext = |a: &mut Vec<OsString>, args: &[&str]| a.extend(args.iter().map(OsString::from));
     let mut a = Vec::new();
     ext(
@@ -164,12 +221,13 @@ pub fn args(
         &mut a,
         &["-progress", "pipe:1", "-stats_period", "0.2", "-nostats"],
     );
-    if !outputs.rungs.is_empty() {
+    if outputs.tee(probe) {
         // The rungs are the streams of one `tee` output, each MP4 taking its video stream and
-        // the one audio stream: the audio is encoded once for the whole ladder.
+        // the one audio stream: the audio is encoded once for the whole ladder. A stream's
+        // segments are more slaves of the same output: the same encoded streams, cut.
         let audio = probe.audio_codec.is_some();
         let mut slaves = Vec::new();
-        for (i, (rung, out)) in outputs.rungs.iter().enumerate() {
+        for (i, rung) in outputs.rungs.iter().enumerate() {
             ext(&mut a, &["-map", &format!("[v{i}]")]);
             a.extend(video_encoder_args(
                 settings,
@@ -178,19 +236,47 @@ pub fn args(
                 rung.crf,
                 Some(i),
             ));
-            let streams = if audio {
-                format!("v:{i},a")
-            } else {
-                format!("v:{i}")
-            };
-            // No metadata of the source, and none of ours either (bitexact: no encoder tag).
-            slaves.push(format!(
-                "[select=\\'{streams}\\':f=mp4:movflags=+faststart:fflags=+bitexact]{}",
-                out.display()
-            ));
+            if let Some(s) = outputs.stream {
+                // A closed GOP at every segment boundary, in every rung alike.
+                ext(
+                    &mut a,
+                    &[
+                        &format!("-force_key_frames:v:{i}"),
+                        &format!("expr:gte(t,n_forced*{})", s.segment_secs),
+                    ],
+                );
+                let track = TrackId::Video(rung.height);
+                slaves.push(format!(
+                    "[select=\\'v:{i}\\':{}",
+                    stream::muxer(track, s.segment_secs)
+                ));
+            }
+            if outputs.progressive {
+                let streams = if audio {
+                    format!("v:{i},a")
+                } else {
+                    format!("v:{i}")
+                };
+                // No metadata of the source, and none of ours either (bitexact: no encoder
+                // tag).
+                slaves.push(format!(
+                    "[select=\\'{streams}\\':f=mp4:movflags=+faststart:fflags=+bitexact]{}",
+                    names::rendition(rung.height)
+                ));
+            }
         }
         if audio {
             ext(&mut a, &["-map", "0:a:0"]);
+            if let Some(f) = outputs.audio_filter {
+                // loudnorm works at 192 kHz: back to 48.
+                ext(&mut a, &["-af", f, "-ar", "48000"]);
+            }
+        }
+        if let Some(s) = outputs.stream.filter(|_| audio) {
+            slaves.push(format!(
+                "[select=\\'a\\':{}",
+                stream::muxer(TrackId::Audio, s.segment_secs)
+            ));
         }
         a.extend(audio_encoder_args(settings, probe));
         ext(&mut a, &["-map_metadata", "-1", "-map_chapters", "-1"]);
@@ -199,6 +285,10 @@ pub fn args(
             &["-flags", "+global_header", "-fflags", "+bitexact"],
         );
         ext(&mut a, &["-f", "tee", &slaves.join("|")]);
+    }
+    if let Some(plan) = outputs.storyboard {
+        ext(&mut a, &["-map", "[sb]"]);
+        a.extend(plan.output_args());
     }
     if !outputs.frames.is_empty() {
         ext(&mut a, &["-map", "[c]", "-fps_mode", "passthrough"]);
@@ -324,12 +414,24 @@ mod tests {
         assert_eq!(output_size(&probe(480, 640), 480), (480, 640));
     }
 
+    fn outputs<'a>(rungs: &'a [Rendition], frames: &'a [Duration]) -> Outputs<'a> {
+        Outputs {
+            rungs,
+            progressive: true,
+            stream: None,
+            storyboard: None,
+            audio_filter: None,
+            frames,
+            frame_dir: Path::new("work"),
+        }
+    }
+
     #[test]
     fn one_graph_splits_the_source_into_rungs_and_poster_frames() {
         let rungs = ladder();
         let secs = [2, 10].map(Duration::from_secs);
         assert_eq!(
-            filter_graph(&probe(1920, 1080), &rungs, &secs),
+            filter_graph(&probe(1920, 1080), &outputs(&rungs, &secs)),
             "[0:v:0]split=2[t][f];\
              [t]scale=1280:720,format=yuv420p,split=2[v0][s1];[s1]scale=854:480[v1];\
              [f]select=gte(t\\,2.000)*lt(t\\,10.000)*not(gte(prev_selected_t\\,2.000))\
@@ -341,7 +443,7 @@ mod tests {
             hdr: true,
             ..probe(1080, 1920)
         };
-        let g = filter_graph(&hdr, &rungs, &secs[..1]);
+        let g = filter_graph(&hdr, &outputs(&rungs, &secs[..1]));
         assert_eq!(g.matches("tonemap=hable").count(), 2, "{g}");
         assert!(
             g.starts_with("[0:v:0]split=2[t][f];[t]scale=720:1280,zscale=t=linear"),
@@ -349,23 +451,66 @@ mod tests {
         );
         assert!(g.contains("split=2[v0][s1];[s1]scale=480:854[v1]"), "{g}");
         // Only poster frames (every rung resumed).
-        let g = filter_graph(&hdr, &[], &secs[..1]);
+        let g = filter_graph(&hdr, &outputs(&[], &secs[..1]));
         assert!(g.starts_with("[0:v:0]split=1[f];[f]select=gte(t"), "{g}");
+    }
+
+    #[test]
+    fn a_stream_is_cut_from_the_same_encoded_rungs_at_a_constant_rate() {
+        let s = crate::media::settings::defaults::job("default");
+        let rungs = ladder();
+        let vfr = VideoProbe {
+            fps: Some(8.797),
+            audio_codec: Some("aac".into()),
+            ..probe(1920, 1080)
+        };
+        let spec = crate::media::settings::StoryboardSpec {
+            interval_secs: 2.0,
+            max_tiles: 100,
+            tile_width: 160,
+            columns: 10,
+            format: crate::contract::OutputFormat::Webp,
+            quality: 70,
+        };
+        let board = storyboard::plan(&spec, &vfr).unwrap();
+        let o = Outputs {
+            stream: Some(Streaming::new(4, &vfr)),
+            storyboard: Some(&board),
+            audio_filter: Some("loudnorm=I=-16"),
+            ..outputs(&rungs, &[])
+        };
+        let g = filter_graph(&vfr, &o);
+        assert!(
+            g.starts_with("[0:v:0]split=2[t][b];[t]fps=8797/1000,scale=1280:720"),
+            "{g}"
+        );
+        assert!(g.ends_with("tile=5x1[sb]"), "{g}");
+        let a: Vec<String> = args(&s.video, 2, &vfr, Path::new("in"), &o)
+            .iter()
+            .map(|x| x.to_string_lossy().into_owned())
+            .collect();
+        let has = |pair: [&str; 2]| a.windows(2).any(|w| w == pair);
+        assert!(has(["-force_key_frames:v:1", "expr:gte(t,n_forced*4)"]));
+        assert!(has(["-af", "loudnorm=I=-16"]));
+        let tee = &a[a.iter().position(|x| x == "tee").unwrap() + 1];
+        let slaves: Vec<&str> = tee.split('|').collect();
+        // Per rung its stream and its MP4, then the audio's stream: 5 slaves, one encode each.
+        assert_eq!(slaves.len(), 5, "{tee}");
+        assert!(slaves[0].starts_with("[select=\\'v:0\\':f=hls:hls_time=4:"));
+        assert!(
+            slaves[0].ends_with("hls_segment_filename=hls/720p/seg-%05d.m4s]hls/720p/ffmpeg.m3u8")
+        );
+        assert!(slaves[4].starts_with("[select=\\'a\\':f=hls:"), "{tee}");
+        assert_eq!(a.iter().filter(|x| *x == "aac").count(), 1);
+        assert!(has(["-map", "[sb]"]) && a.contains(&"storyboard.webp".to_owned()));
     }
 
     #[test]
     fn the_rungs_are_streams_of_one_tee_output() {
         let s = crate::media::settings::defaults::job("default");
-        let rungs: Vec<_> = ladder()
-            .into_iter()
-            .map(|r| (r, PathBuf::from(format!("mp4/{}p.mp4", r.height))))
-            .collect();
+        let rungs = ladder();
         let frames = [Duration::from_secs(1)];
-        let outputs = Outputs {
-            rungs: &rungs,
-            frames: &frames,
-            frame_dir: Path::new("work"),
-        };
+        let outputs = outputs(&rungs, &frames);
         let args_for = |p: &VideoProbe| -> Vec<String> {
             args(&s.video, 2, p, Path::new("in"), &outputs)
                 .iter()
