@@ -309,7 +309,9 @@ fn encode(
             .iter()
             .map(|r| TrackId::Video(r.height))
             .collect();
-        ids.push(TrackId::Audio);
+        if probe.audio_codec.is_some() {
+            ids.push(TrackId::Audio);
+        }
         dirs.extend(stream::dirs(out_dir, &ids));
     }
     for d in dirs {

@@ -61,11 +61,12 @@ pub fn plan(spec: &StoryboardSpec, probe: &VideoProbe) -> Option<Plan> {
 
 impl Plan {
     /// The filter chain from the upright source to the sprite (`sdr`: see
-    /// `transcode::to_sdr`).
+    /// `transcode::to_sdr`). `round=up` makes tile `k` the frame at `k x interval` (rounding
+    /// down would keep the last frame before the next tile's time).
     pub fn filter(&self, sdr: &str) -> String {
         let (w, h) = self.tile;
         format!(
-            "fps=1000/{}:round=down,scale={w}:{h},{sdr},tile={}x{}",
+            "fps=1000/{}:round=up,scale={w}:{h},{sdr},tile={}x{}",
             self.interval.as_millis(),
             self.columns,
             self.rows
@@ -223,7 +224,7 @@ mod tests {
         );
         assert_eq!(
             p.filter("format=yuv420p"),
-            "fps=1000/2000:round=down,scale=160:90,format=yuv420p,tile=2x2"
+            "fps=1000/2000:round=up,scale=160:90,format=yuv420p,tile=2x2"
         );
     }
 }
