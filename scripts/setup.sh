@@ -11,6 +11,8 @@ APT_PACKAGES=(pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev
 # API tests scan with a real clamd (clamav-daemon; its signature updater is not used); the
 # containment tests make a pixel bomb with the vips CLI (libvips-tools).
 if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(libimage-exiftool-perl python3-pil python3-jsonschema prometheus clamav-daemon libvips-tools); fi
+# The playback test plays the streams in Debian's Chromium (driven by playwright-core, below).
+if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(chromium); fi
 # The tests' Kafka broker runs on Java, fetched with Maven (scripts/kafka.sh).
 if [ "${1:-}" = "--test" ]; then
   command -v java >/dev/null || APT_PACKAGES+=(openjdk-17-jre-headless)
@@ -69,5 +71,16 @@ if [ "${1:-}" = "--test" ]; then
       python3 -m pip install --quiet "${tool%%:*}"
     fi
   done
+  # The streaming tests read HLS playlists with an independent parser (Python's m3u8).
+  python3 -c 'import m3u8' 2>/dev/null || { echo "setup: pip install m3u8"; python3 -m pip install --quiet "m3u8==6.0.0"; }
+  # The players of tests/playback.rs, from npm, into a cache (never a runtime dependency).
+  # playwright-core drives /usr/bin/chromium: its own browser download is not used.
+  players=${PLAYER_MODULES:-$HOME/.cache/media-worker/player}
+  if [ ! -f "$players/node_modules/dashjs/package.json" ]; then
+    echo "setup: npm install playwright-core, hls.js, dash.js into $players"
+    mkdir -p "$players"
+    PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install --prefix "$players" --no-audit --no-fund \
+      playwright-core@1.65.1 hls.js@1.7.4 dashjs@5.2.1
+  fi
   command -v kubectl >/dev/null || { echo "setup: kubectl (with kustomize) is required"; exit 1; }
 fi

@@ -326,3 +326,131 @@ async fn progress_events_arrive_in_order_within_the_rate_bound_before_the_respon
         Some(events.len() as f64)
     );
 }
+
+/// A streaming request through Kafka and S3: while a rung cannot land, neither entry point is
+/// there (a player never finds one whose segments are missing); a worker killed then is
+/// followed by one that encodes only the missing rung; the master it writes names only objects
+/// that exist, read back through S3 by an independent parser; and the outputs are those
+/// `media-worker process` makes of the same file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_lands_before_its_entry_points_and_resumes_per_rung() {
+    let stack = Stack::start(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let video = synthetic_video(dir.path(), 8, 1280, 720);
+    stack.upload_file("clip.mp4", &video).await;
+    let out = stack
+        .s3
+        .data_dir()
+        .join(OUTPUT_BUCKET)
+        .join("user-1/videos/vid-s");
+    // The 480p rung's first segment cannot land yet (a directory is where it goes).
+    let blocker = out.join("hls/480p/seg-00000.m4s");
+    std::fs::create_dir_all(blocker.join("in-the-way")).unwrap();
+    let env = stack.worker_env("g-stream");
+    let mut first = Worker::start(&env);
+    first.wait_ready();
+    let responses = stack.responses();
+    let req = request("vid-s", "clip.mp4").with_profile("streaming");
+    stack.send(&req).await;
+
+    let record = out.join("renditions.json");
+    let landed: serde_json::Value = wait_for("the 720p rung recorded", 2 * MINUTE, || {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&record).ok()?).ok()?;
+        (!v["tracks"].as_array()?.is_empty()).then_some(v)
+    });
+    assert_eq!(landed["tracks"][0]["id"], serde_json::json!({"Video": 720}));
+    assert!(out.join("hls/720p/index.m3u8").is_file() && out.join("mp4/720p.mp4").is_file());
+    for entry in ["hls/master.m3u8", "hls/manifest.mpd"] {
+        assert!(
+            !out.join(entry).exists(),
+            "{entry} before every rung landed"
+        );
+    }
+    first.kill9();
+    first.wait_exit(MINUTE);
+
+    std::fs::remove_dir_all(&blocker).unwrap();
+    let second = Worker::start(&env);
+    second.wait_ready();
+    let resumed = responses.take(1, 3 * MINUTE).remove(0).body;
+    assert_eq!(resumed.status, Status::Completed, "{:?}", resumed.error);
+    let renditions = |origin: &str| {
+        second.metric(&format!(
+            "media_worker_video_renditions_total{{origin=\"{origin}\"}}"
+        ))
+    };
+    assert_eq!(
+        (renditions("encoded"), renditions("resumed")),
+        (Some(1.0), Some(1.0))
+    );
+
+    // The master, read back through S3, and every object it leads to.
+    let master = resumed
+        .outputs
+        .iter()
+        .find(|o| o.role == "stream" && o.format == "hls")
+        .expect("an HLS entry point");
+    assert_eq!(master.key, "user-1/videos/vid-s/hls/master.m3u8");
+    let local = dir.path().join("read-back");
+    let mut pending = vec!["master.m3u8".to_owned()];
+    let mut fetched = 0;
+    while let Some(name) = pending.pop() {
+        let key = format!("user-1/videos/vid-s/hls/{name}");
+        let (bytes, _, _) = stack.get(OUTPUT_BUCKET, &key).await;
+        let path = local.join(&name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &bytes).unwrap();
+        fetched += 1;
+        if name.ends_with(".m3u8") {
+            let base = std::path::Path::new(&name).parent().unwrap();
+            for line in String::from_utf8(bytes).unwrap().lines() {
+                let uri = match line.split_once("URI=\"") {
+                    Some((_, rest)) => rest.split('"').next().unwrap(),
+                    None if !line.starts_with('#') && !line.is_empty() => line,
+                    None => continue,
+                };
+                pending.push(base.join(uri).to_string_lossy().into_owned());
+            }
+        }
+    }
+    // master, 2 rungs and the audio: a playlist, an init segment and at least 2 segments each
+    // (every GET above succeeded: the object exists).
+    assert!(fetched >= 1 + 3 * 4, "{fetched}");
+    let parsed = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/streaming/hls.py"
+        ))
+        .arg(local.join("master.m3u8"))
+        .output()
+        .unwrap();
+    assert!(parsed.status.success(), "{parsed:?}");
+    let parsed: serde_json::Value = serde_json::from_slice(&parsed.stdout).unwrap();
+    assert_eq!(parsed["variants"].as_array().unwrap().len(), 2);
+
+    // `media-worker process` makes the same outputs of the same file.
+    let cli = Command::new(env!("CARGO_BIN_EXE_media-worker"))
+        .args(["process", "--profile", "streaming", "--out"])
+        .arg(dir.path().join("cli"))
+        .arg(&video)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let cli = lines::json_lines(&cli).pop().expect("a response");
+    let names = |keys: Vec<String>| {
+        let mut n: Vec<String> = keys
+            .iter()
+            .map(|k| k.splitn(4, '/').nth(3).unwrap().to_owned())
+            .collect();
+        n.sort();
+        n
+    };
+    let kafka: Vec<String> = resumed.outputs.iter().map(|o| o.key.clone()).collect();
+    let local: Vec<String> = cli["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["key"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names(kafka), names(local));
+}

@@ -1,13 +1,14 @@
 // Plays a stream in headless Chromium (Debian's /usr/bin/chromium, driven by playwright-core)
-// with hls.js and with dash.js: node play.mjs STREAM_DIR PLAYER_MODULES AT_SECONDS.
+// with hls.js and with dash.js: node play.mjs STREAM_DIR PLAYER_MODULES AT_SECONDS OUT_DIR.
 // STREAM_DIR holds hls/master.m3u8 and hls/manifest.mpd; it is served over a local HTTP server
-// with the player page. Prints one JSON report per player on stdout.
+// with the player page. Prints one JSON report per player on stdout; the frame each showed at
+// AT_SECONDS goes to OUT_DIR/<player>.png.
 import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 
-const [dir, modules, at] = process.argv.slice(2);
+const [dir, modules, at, out] = process.argv.slice(2);
 const require = createRequire(path.join(modules, 'node_modules', 'x.js'));
 const { chromium } = require('playwright-core');
 const here = path.dirname(new URL(import.meta.url).pathname);
@@ -49,6 +50,11 @@ try {
       .catch(() => {});
     const report = await page.evaluate(() => window.report);
     report.console = console_;
+    if (report.frame) {
+      const png = Buffer.from(report.frame.replace(/^data:image\/png;base64,/, ''), 'base64');
+      fs.writeFileSync(path.join(out, `${player}.png`), png);
+      delete report.frame;
+    }
     process.stdout.write(JSON.stringify(report) + '\n');
     await page.close();
   }
