@@ -71,6 +71,7 @@ bench: setup-test
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3 --isolation process --pss on
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3 --isolation inline
 	cargo bench --bench video -- --rounds 3
+	cargo bench --bench streaming -- --rounds 3
 	cargo bench --bench dispatch -- --messages 20000 --ids 50
 	cargo bench --bench dispatch -- --messages 20000 --ids 50 --broker kafka
 	cargo bench --bench api_split -- --rounds 5 --requests 40 --clients 3

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 mod synthetic;
 mod util;
 
-use util::arg;
+use util::{arg, cpu_seconds};
 
 const CORPUS_VIDEOS: &[&str] = &[
     "face_recognition_short_hamilton_clip.mp4",
@@ -278,16 +278,4 @@ fn ssim_to_source(
         .and_then(|s| s.split_whitespace().next())
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no SSIM for {}: {log}", file.display()))
-}
-
-/// User + system CPU seconds of this process and its waited-for children so far.
-fn cpu_seconds() -> f64 {
-    let secs = |who| {
-        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: getrusage writes into the struct we own.
-        unsafe { libc::getrusage(who, &mut u) };
-        let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
-        t(u.ru_utime) + t(u.ru_stime)
-    };
-    secs(libc::RUSAGE_SELF) + secs(libc::RUSAGE_CHILDREN)
 }

@@ -164,6 +164,70 @@ fn video_stream(path: &std::path::Path) -> String {
     String::from_utf8_lossy(&probe.stdout).trim().to_owned()
 }
 
+/// A video request being worked on by a first worker while one of its outputs cannot land:
+/// s3s-fs cannot write an object where a directory is (`blocker`; remove it to let it land).
+struct Blocked {
+    first: Worker,
+    env: std::collections::HashMap<String, String>,
+    /// The request's output folder in s3s-fs.
+    out: std::path::PathBuf,
+    blocker: std::path::PathBuf,
+    responses: Responses,
+}
+
+impl Blocked {
+    /// Lets the blocked output land and starts a second worker: it and its (completed)
+    /// response.
+    fn unblock_for_a_second_worker(&self) -> (Worker, media_worker::contract::OptimizeResponse) {
+        std::fs::remove_dir_all(&self.blocker).unwrap();
+        let second = Worker::start(&self.env);
+        second.wait_ready();
+        let resumed = self.responses.take(1, 3 * MINUTE).remove(0).body;
+        assert_eq!(resumed.status, Status::Completed, "{:?}", resumed.error);
+        (second, resumed)
+    }
+}
+
+/// `media_worker_video_renditions_total` of `worker` by origin: (encoded, resumed).
+fn renditions(worker: &Worker) -> (Option<f64>, Option<f64>) {
+    let by = |origin: &str| {
+        worker.metric(&format!(
+            "media_worker_video_renditions_total{{origin=\"{origin}\"}}"
+        ))
+    };
+    (by("encoded"), by("resumed"))
+}
+
+/// Uploads `video` as the request's source, blocks output `name`, starts a worker (its group
+/// named after the media id) and sends `req`.
+async fn with_one_output_blocked(
+    stack: &Stack,
+    video: &std::path::Path,
+    req: &media_worker::contract::OptimizeRequest,
+    name: &str,
+) -> Blocked {
+    stack.upload_file(&req.source.key, video).await;
+    let out = stack
+        .s3
+        .data_dir()
+        .join(OUTPUT_BUCKET)
+        .join(format!("{}/videos/{}", req.user_id, req.media_id));
+    let blocker = out.join(name);
+    std::fs::create_dir_all(blocker.join("in-the-way")).unwrap();
+    let env = stack.worker_env(&format!("g-{}", req.media_id));
+    let first = Worker::start(&env);
+    first.wait_ready();
+    let responses = stack.responses();
+    stack.send(req).await;
+    Blocked {
+        first,
+        env,
+        out,
+        blocker,
+        responses,
+    }
+}
+
 /// A worker killed (SIGKILL) after the first rendition of a video landed: the request is
 /// redelivered, the next worker encodes only the missing rung, and its response equals an
 /// uninterrupted run's (the same request redone with `force`). Without
@@ -175,29 +239,18 @@ async fn a_worker_killed_after_the_first_rendition_resumes_with_the_missing_rung
     stack.broker.create_topic(progress_topic, 1);
     let dir = tempfile::tempdir().unwrap();
     let video = synthetic_video(dir.path(), 10, 1280, 720);
-    stack.upload_file("clip.mp4", &video).await;
-    // The second rung cannot land yet: s3s-fs cannot write an object where a directory is.
-    let out = stack
-        .s3
-        .data_dir()
-        .join(OUTPUT_BUCKET)
-        .join("user-1/videos/vid-r");
-    let blocker = out.join("mp4/480p.mp4");
-    std::fs::create_dir_all(blocker.join("in-the-way")).unwrap();
-    let env = stack.worker_env("g-resume");
-    let mut first = Worker::start(&env);
-    first.wait_ready();
-    let responses = stack.responses();
     let mut req = request("vid-r", "clip.mp4");
     req.media_type = Some(MediaType::Video);
-    stack.send(&req).await;
+    // The second rung cannot land yet.
+    let mut blocked = with_one_output_blocked(&stack, &video, &req, "mp4/480p.mp4").await;
+    let out = blocked.out.clone();
 
     let record = out.join("renditions.json");
     let landed: serde_json::Value = wait_for("the first rendition recorded", 2 * MINUTE, || {
         serde_json::from_slice(&std::fs::read(&record).ok()?).ok()
     });
-    first.kill9();
-    first.wait_exit(MINUTE);
+    blocked.first.kill9();
+    blocked.first.wait_exit(MINUTE);
     let keys: Vec<&str> = landed["renditions"]
         .as_array()
         .unwrap()
@@ -211,18 +264,9 @@ async fn a_worker_killed_after_the_first_rendition_resumes_with_the_missing_rung
         "the killed worker never answered"
     );
 
-    std::fs::remove_dir_all(&blocker).unwrap();
-    let second = Worker::start(&env);
-    second.wait_ready();
-    let resumed = responses.take(1, 3 * MINUTE).remove(0).body;
-    assert_eq!(resumed.status, Status::Completed, "{:?}", resumed.error);
-    let renditions = |origin: &str| {
-        second.metric(&format!(
-            "media_worker_video_renditions_total{{origin=\"{origin}\"}}"
-        ))
-    };
+    let (second, resumed) = blocked.unblock_for_a_second_worker();
     assert_eq!(
-        (renditions("encoded"), renditions("resumed")),
+        renditions(&second),
         (Some(1.0), Some(1.0)),
         "{}",
         second.log()
@@ -236,9 +280,9 @@ async fn a_worker_killed_after_the_first_rendition_resumes_with_the_missing_rung
     // The same request redone from scratch: every rung encoded, the same response.
     req.force = true;
     stack.send(&req).await;
-    let full = responses.take(1, 3 * MINUTE).remove(0).body;
+    let full = blocked.responses.take(1, 3 * MINUTE).remove(0).body;
     assert_eq!(full.status, Status::Completed, "{:?}", full.error);
-    assert_eq!(renditions("encoded"), Some(3.0));
+    assert_eq!(renditions(&second).0, Some(3.0));
     assert_eq!(resumed.outputs, full.outputs);
     assert_eq!(resumed.analysis, full.analysis);
     assert_eq!(resumed.warnings, full.warnings);
@@ -337,21 +381,10 @@ async fn a_stream_lands_before_its_entry_points_and_resumes_per_rung() {
     let stack = Stack::start(1).await;
     let dir = tempfile::tempdir().unwrap();
     let video = synthetic_video(dir.path(), 8, 1280, 720);
-    stack.upload_file("clip.mp4", &video).await;
-    let out = stack
-        .s3
-        .data_dir()
-        .join(OUTPUT_BUCKET)
-        .join("user-1/videos/vid-s");
-    // The 480p rung's first segment cannot land yet (a directory is where it goes).
-    let blocker = out.join("hls/480p/seg-00000.m4s");
-    std::fs::create_dir_all(blocker.join("in-the-way")).unwrap();
-    let env = stack.worker_env("g-stream");
-    let mut first = Worker::start(&env);
-    first.wait_ready();
-    let responses = stack.responses();
     let req = request("vid-s", "clip.mp4").with_profile("streaming");
-    stack.send(&req).await;
+    // The 480p rung's first segment cannot land yet.
+    let mut blocked = with_one_output_blocked(&stack, &video, &req, "hls/480p/seg-00000.m4s").await;
+    let out = blocked.out.clone();
 
     let record = out.join("renditions.json");
     let landed: serde_json::Value = wait_for("the 720p rung recorded", 2 * MINUTE, || {
@@ -366,23 +399,11 @@ async fn a_stream_lands_before_its_entry_points_and_resumes_per_rung() {
             "{entry} before every rung landed"
         );
     }
-    first.kill9();
-    first.wait_exit(MINUTE);
+    blocked.first.kill9();
+    blocked.first.wait_exit(MINUTE);
 
-    std::fs::remove_dir_all(&blocker).unwrap();
-    let second = Worker::start(&env);
-    second.wait_ready();
-    let resumed = responses.take(1, 3 * MINUTE).remove(0).body;
-    assert_eq!(resumed.status, Status::Completed, "{:?}", resumed.error);
-    let renditions = |origin: &str| {
-        second.metric(&format!(
-            "media_worker_video_renditions_total{{origin=\"{origin}\"}}"
-        ))
-    };
-    assert_eq!(
-        (renditions("encoded"), renditions("resumed")),
-        (Some(1.0), Some(1.0))
-    );
+    let (second, resumed) = blocked.unblock_for_a_second_worker();
+    assert_eq!(renditions(&second), (Some(1.0), Some(1.0)));
 
     // The master, read back through S3, and every object it leads to.
     let master = resumed

@@ -40,3 +40,15 @@ pub fn corpus_photos(dir: &std::path::Path) -> Vec<String> {
         })
         .collect()
 }
+
+/// User + system CPU seconds of this process and its waited-for children so far.
+pub fn cpu_seconds() -> f64 {
+    let secs = |who| {
+        // SAFETY: a zeroed rusage is valid; getrusage writes into the struct we own.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(who, &mut u) };
+        let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
+        t(u.ru_utime) + t(u.ru_stime)
+    };
+    secs(libc::RUSAGE_SELF) + secs(libc::RUSAGE_CHILDREN)
+}

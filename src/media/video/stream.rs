@@ -122,20 +122,8 @@ pub fn read_track(
     };
     if formats.contains(&StreamingFormat::Hls) {
         let name = names::media_playlist(id);
-        let path = stream_dir.join(&name);
-        std::fs::write(&path, media_playlist(&track))?;
-        files.push(ProducedFile {
-            name: names::in_stream(&name),
-            size_bytes: std::fs::metadata(&path)?.len(),
-            path,
-            role: Role::Segment,
-            format: FileFormat::Hls(Some(id)),
-            width: size.0,
-            height: size.1,
-            duration_ms: None,
-            frames: None,
-            crop: None,
-        });
+        std::fs::write(stream_dir.join(&name), media_playlist(&track))?;
+        files.push(piece(name, FileFormat::Hls(Some(id)))?);
     }
     Ok((track, files))
 }
