@@ -26,6 +26,7 @@ use media_worker::media::{self, Control, MediaJob};
 use tokio_util::sync::CancellationToken;
 
 #[path = "../tests/common/synthetic.rs"]
+#[allow(dead_code)] // the camera-like clip only
 mod synthetic;
 mod util;
 
