@@ -212,7 +212,8 @@ pub fn expected_name(job: &super::MediaJob, f: &ProducedFile) -> Option<String> 
         (Role::Variant, _) => image(false),
         (Role::Thumbnail, _) => image(true),
         (Role::Poster, _) => image(f.crop.is_some()).map(|n| names::poster(&n)),
-        (Role::Rendition, FileFormat::Mp4) if profile.progressive => {
+        // An animated GIF's renditions are MP4s whatever the video setting.
+        (Role::Rendition, FileFormat::Mp4) if profile.progressive || profile.animation_mp4 => {
             Some(names::rendition(f.width.min(f.height)))
         }
         (Role::Stream, FileFormat::Hls(None)) if streams(StreamingFormat::Hls) => {
