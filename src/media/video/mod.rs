@@ -22,7 +22,7 @@ pub use child::{exits_within, kill_all};
 
 use super::control::{Control, Event};
 use super::error::{MediaError, MediaFailure, at};
-use super::output::{FileFormat, MediaOutput, ProducedFile, Role, TrackId, names};
+use super::output::{FileFormat, MediaOutput, ProducedFile, Role, Track, TrackId, names};
 use super::settings::{MediaJob, Rendition};
 use super::sniff::Container;
 use crate::contract::{Analysis, MediaType, Stage, VideoAnalysis, Warning, WarningCode};
@@ -212,33 +212,8 @@ fn run(
         }
     }
     if let Some(s) = stream {
-        let audio = if stream_audio {
-            let (track, pieces) =
-                stream::read_track(out_dir, TrackId::Audio, (0, 0), None, &profile.streaming)
-                    .map_err(at(Stage::Transform))?;
-            files.extend(pieces);
-            Some(track)
-        } else {
-            None
-        };
-        // Every rung, those an earlier attempt uploaded too, tallest first.
-        let mut video: Vec<_> = job
-            .resumed_tracks
-            .iter()
-            .filter(|t| !tracks.iter().any(|n| n.id == t.id))
-            .chain(&tracks)
-            .cloned()
-            .collect();
-        video.sort_by_key(|t| std::cmp::Reverse(t.id));
-        let entries = stream::entry_points(
-            out_dir,
-            &profile.streaming,
-            &video,
-            audio.as_ref(),
-            s.segment_secs,
-        )
-        .map_err(at(Stage::Transform))?;
-        files.extend(entries);
+        let pieces = finish_stream(job, out_dir, s, stream_audio, &tracks);
+        files.extend(pieces.map_err(at(Stage::Transform))?);
     }
 
     let mut poster_time = None;
@@ -276,6 +251,42 @@ fn run(
         warnings,
         tracks,
     })
+}
+
+/// The rest of a stream once the run wrote its pieces: the audio track's files, and the entry
+/// points over every rung (those an earlier attempt uploaded too, tallest first).
+fn finish_stream(
+    job: &MediaJob,
+    out_dir: &Path,
+    s: transcode::Streaming,
+    audio: bool,
+    made: &[Track],
+) -> Result<Vec<ProducedFile>, MediaError> {
+    let formats = &job.profile.streaming;
+    let mut files = Vec::new();
+    let audio = if audio {
+        let (track, pieces) = stream::read_track(out_dir, TrackId::Audio, (0, 0), None, formats)?;
+        files.extend(pieces);
+        Some(track)
+    } else {
+        None
+    };
+    let mut video: Vec<Track> = job
+        .resumed_tracks
+        .iter()
+        .filter(|t| !made.iter().any(|n| n.id == t.id))
+        .chain(made)
+        .cloned()
+        .collect();
+    video.sort_by_key(|t| std::cmp::Reverse(t.id));
+    files.extend(stream::entry_points(
+        out_dir,
+        formats,
+        &video,
+        audio.as_ref(),
+        s.segment_secs,
+    )?);
+    Ok(files)
 }
 
 /// The one ffmpeg run writing `outputs`, with progress reports; `between` runs after each
