@@ -157,7 +157,8 @@ fn plain(
     let hls = |name: &str| {
         format!(
             "f=hls:hls_time={secs}:hls_segment_type=fmp4:hls_playlist_type=vod:\
-             hls_fmp4_init_filename=init.mp4:hls_segment_options=movflags=+negative_cts_offsets:\
+             hls_fmp4_init_filename=init.mp4:\
+             hls_segment_options=\\'movflags=+negative_cts_offsets:use_editlist=0\\':\
              hls_segment_filename={name}/seg-%05d.m4s]{name}/index.m3u8"
         )
     };

@@ -75,13 +75,16 @@ fn hls_js_and_dash_js_play_every_rung_to_the_end_in_chromium() {
     let key = master["key"].as_str().unwrap();
     let stream_root = out.join(key.strip_suffix("/hls/master.m3u8").unwrap());
 
+    // The frame of the source at `at` is shown from `at` to `at` + 1/30 s: the players seek to
+    // the middle of that interval, not to its edge (where either neighbour may be shown).
     let at = 5.0;
+    let seek = at + 0.5 / 30.0;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/playback/play.mjs");
     let run = Command::new("node")
         .arg(script)
         .arg(&stream_root)
         .arg(&modules)
-        .arg(at.to_string())
+        .arg(seek.to_string())
         .arg(dir.path())
         .output()
         .unwrap();
@@ -128,10 +131,15 @@ fn hls_js_and_dash_js_play_every_rung_to_the_end_in_chromium() {
         let end = r["currentTime"].as_f64().unwrap();
         assert!((end - 12.0).abs() < 0.2, "{p}: ended at {end}");
         // The frame shown at `at` is the source's frame there.
-        assert_eq!(r["frameAt"], at);
+        let shown_at = r["frameAt"].as_f64().unwrap();
+        assert!((shown_at - seek).abs() < 1e-3, "{p}: paused at {shown_at}");
         let frame = dir.path().join(format!("{p}.png"));
         let s = ssim_with_source(&frame, &source, at);
-        eprintln!("{p}: SSIM {s:.3} with the source at {at} s");
+        // Printed for the record: hls.js shows this frame or the one before it (from run to
+        // run); a frame off scores close to the exact one on this pattern, a wrong segment or
+        // time far below 0.9.
+        let early = ssim_with_source(&frame, &source, at - 2.0 / 30.0);
+        eprintln!("{p}: SSIM {s:.3} with the source at {at} s, {early:.3} two frames earlier");
         assert!(s >= 0.9, "{p}: SSIM {s} with the source at {at} s");
     }
 }

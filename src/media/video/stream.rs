@@ -30,13 +30,21 @@ const TIMESCALE: f64 = 1000.0;
 
 /// The HLS muxer's options for one track (tee slave syntax), writing its playlist to
 /// `hls/<track>/ffmpeg.m3u8` (read here, not uploaded) and its pieces beside it.
+///
+/// A video track's first frame is presented at 0 through negative composition offsets, without
+/// an edit list (the mov muxer would write the B-frame delay as an empty edit, which players
+/// honour or not); the audio keeps its edit list (the AAC encoder's priming). Without negative
+/// offsets the video started 66 ms after the audio in Chromium.
 pub fn muxer(track: TrackId, segment_secs: u32) -> String {
     let dir = Path::new(names::STREAM_DIR);
+    let mov = match track {
+        TrackId::Video(_) => "movflags=+negative_cts_offsets:use_editlist=0",
+        TrackId::Audio => "movflags=+negative_cts_offsets",
+    };
     format!(
         "f=hls:hls_time={segment_secs}:hls_segment_type=fmp4:hls_playlist_type=vod:\
          hls_flags=independent_segments:hls_fmp4_init_filename=init.mp4:\
-         hls_segment_options=movflags=+negative_cts_offsets:\
-         hls_segment_filename={}]{}",
+         hls_segment_options=\\'{mov}\\':hls_segment_filename={}]{}",
         dir.join(names::segment_template(track, "%05d")).display(),
         ffmpeg_playlist(track).display()
     )
