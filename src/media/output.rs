@@ -123,6 +123,7 @@ impl PartialEq<&str> for Role {
 /// the files and for the worker, which uploads what a sandbox reports only under the name
 /// [`expected_name`] gives it.
 pub mod names {
+    use super::TrackId;
     use crate::contract::OutputFormat;
 
     use crate::media::settings::ThumbnailSpec;
@@ -180,8 +181,6 @@ pub mod names {
         image("storyboard", format)
     }
     pub const STORYBOARD_VTT: &str = "storyboard.vtt";
-
-    use super::TrackId;
 }
 
 /// The name a file `f` of `job` has, from its role, format and size alone (never from the name

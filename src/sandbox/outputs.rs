@@ -30,6 +30,7 @@ pub fn max_files(job: &crate::media::MediaJob) -> usize {
     let tracks = p.renditions.len() + 1;
     MAX_FILES + tracks * (crate::media::output::max_segments(job) as usize + 2)
 }
+
 /// More bytes than any job makes (a 10-minute 4K ladder is under 4 GiB).
 pub const MAX_TOTAL_BYTES: u64 = 16 << 30;
 

@@ -154,7 +154,7 @@ fn run(
         frames: &frames,
         frame_dir: Path::new(WORK),
     };
-    let stream_audio = stream.is_some() && probe.audio_codec.is_some();
+    let stream_audio = outputs.stream_audio(&probe);
     if !rungs.is_empty() || stream_audio || !frames.is_empty() || board.is_some() {
         // The candidates are scored as they come, while ffmpeg encodes.
         let mut scoring = || chooser.poll();
@@ -304,27 +304,7 @@ fn encode(
     between: &mut dyn FnMut(),
 ) -> Result<Duration, MediaFailure> {
     // The muxers write into folders they do not create.
-    let mut dirs = Vec::new();
-    if outputs.progressive && !outputs.rungs.is_empty() {
-        dirs.push(
-            out_dir
-                .join(names::rendition(0))
-                .parent()
-                .expect("in a folder")
-                .to_owned(),
-        );
-    }
-    if outputs.stream.is_some() {
-        let mut ids: Vec<TrackId> = outputs
-            .rungs
-            .iter()
-            .map(|r| TrackId::Video(r.height))
-            .collect();
-        if probe.audio_codec.is_some() {
-            ids.push(TrackId::Audio);
-        }
-        dirs.extend(stream::dirs(out_dir, &ids));
-    }
+    let dirs = outputs.dirs(probe).into_iter().map(|d| out_dir.join(d));
     for d in dirs {
         std::fs::create_dir_all(d).map_err(|e| at(Stage::Transform)(e.into()))?;
     }

@@ -55,14 +55,6 @@ fn ffmpeg_playlist(track: TrackId) -> PathBuf {
     Path::new(names::STREAM_DIR).join(format!("{track}/ffmpeg.m3u8"))
 }
 
-/// The folders the muxer writes into (it does not create them).
-pub fn dirs(out_dir: &Path, tracks: &[TrackId]) -> Vec<PathBuf> {
-    tracks
-        .iter()
-        .map(|t| out_dir.join(names::STREAM_DIR).join(t.to_string()))
-        .collect()
-}
-
 /// A track the run wrote, read back: its facts and its files (init, segments and, for HLS, the
 /// media playlist written here).
 pub fn read_track(
@@ -350,7 +342,8 @@ fn iso_duration(seconds: f64) -> String {
     format!("PT{seconds:.3}S")
 }
 
-/// A DASH frame rate (`30000/1001`, `25`): the NTSC rates exactly, others to the millisecond.
+/// A frame rate as DASH and ffmpeg read it (`30000/1001`, `25`): the NTSC rates exactly,
+/// others to the millisecond.
 pub fn frame_rate(fps: f64) -> String {
     let ntsc = (fps * 1.001).round();
     if (fps - ntsc / 1.001).abs() < 1e-3 && (fps - fps.round()).abs() > 1e-3 {

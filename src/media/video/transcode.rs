@@ -110,8 +110,32 @@ impl Outputs<'_> {
     fn tee(&self, probe: &VideoProbe) -> bool {
         !self.rungs.is_empty() || self.stream_audio(probe)
     }
-    fn stream_audio(&self, probe: &VideoProbe) -> bool {
+
+    /// Whether the run cuts the audio into a stream's track.
+    pub fn stream_audio(&self, probe: &VideoProbe) -> bool {
         self.stream.is_some() && probe.audio_codec.is_some()
+    }
+
+    /// The folders the run writes into, relative to its directory (the muxers do not create
+    /// them).
+    pub fn dirs(&self, probe: &VideoProbe) -> Vec<PathBuf> {
+        let track = |t: TrackId| Path::new(names::STREAM_DIR).join(t.to_string());
+        let mut dirs = Vec::new();
+        for r in self.rungs {
+            if self.progressive {
+                let mp4 = PathBuf::from(names::rendition(r.height));
+                dirs.push(mp4.parent().expect("in a folder").to_owned());
+            }
+            if self.stream.is_some() {
+                dirs.push(track(TrackId::Video(r.height)));
+            }
+        }
+        if self.stream_audio(probe) {
+            dirs.push(track(TrackId::Audio));
+        }
+        dirs.sort();
+        dirs.dedup();
+        dirs
     }
 }
 
@@ -158,7 +182,7 @@ pub fn filter_graph(probe: &VideoProbe, outputs: &Outputs) -> String {
         let splits: String = (1..rungs.len()).map(|i| format!("[s{i}]")).collect();
         let cfr = outputs
             .stream
-            .map(|s| format!("fps={},", rate(s.frame_rate)))
+            .map(|s| format!("fps={},", stream::frame_rate(s.frame_rate)))
             .unwrap_or_default();
         chains.push(format!(
             "[t]{cfr}scale={w}:{h},{},split={}[v0]{splits}",
@@ -187,11 +211,6 @@ pub fn filter_graph(probe: &VideoProbe, outputs: &Outputs) -> String {
         .chain(chains)
         .collect::<Vec<_>>()
         .join(";")
-}
-
-/// A frame rate as ffmpeg reads it: the NTSC rates exactly (`30000/1001`).
-fn rate(fps: f64) -> String {
-    super::stream::frame_rate(fps)
 }
 
 /// ffmpeg's arguments for one run writing `outputs`, progress reports on stdout.
