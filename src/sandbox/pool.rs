@@ -217,6 +217,10 @@ impl Pool {
                     Some(Frame::Started(pid)) if job.is_none() && pid > 0 => {
                         job = Some(pid);
                         self.live.lock().unwrap().insert(pid);
+                        // Told to stop before its pid was known (a flood read before this frame).
+                        if stopping.is_some() {
+                            kill_job(job, &self.live);
+                        }
                     }
                     Some(Frame::Reply(Reply::Event(e))) if done.is_none() => {
                         match e {
