@@ -50,7 +50,95 @@ fn cpu_ms() -> f64 {
     t(ru.ru_utime) + t(ru.ru_stime)
 }
 
+/// `--calibrate`: for each corpus photo, auto format and width, the lowest quality that meets
+/// `--target` found on that width itself, against the quality carried from the proxy (the
+/// narrowest variant): what `media::quality::carry` should add at each width.
+fn calibrate(job: &media::MediaJob, corpus: &Path, target: f64) {
+    use media::quality::{self, Scorer};
+    println!("| format | photo | width | ratio | own quality | proxy quality | carried | delta |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut deltas: BTreeMap<(String, u32), Vec<i32>> = BTreeMap::new();
+    for photo in corpus_photos(corpus) {
+        let mut stills = Vec::new();
+        let made = media::image::variant_pixels(job, &corpus.join(&photo), |w, img| {
+            // Opaque copies, as JPEG is scored (the corpus photos' alpha is flattened).
+            let img = if img.has_alpha() {
+                img.flatten([255.0; 3]).and_then(|i| i.into_memory())
+            } else {
+                img.to_srgb8().and_then(|i| i.into_memory())
+            };
+            stills.push((w, img.expect("flatten")));
+        });
+        if made.is_err() || stills.is_empty() {
+            continue;
+        }
+        let (pw, proxy) = stills.last().expect("a variant");
+        for spec in &job.profile.formats {
+            let f = spec.format;
+            let search = |img: &media::vips::Image, w: u32| {
+                let scorer = Scorer::new(img).expect("scorer");
+                scorer
+                    .search(img, f, quality::effort(f, w), target)
+                    .expect("search")
+                    .quality
+            };
+            let qp = search(proxy, *pw);
+            // The widest variant's busiest window of the proxy's size, and its centre.
+            let (ww, wide) = &stills[0];
+            let (cw, ch) = (
+                proxy.width().min(wide.width()),
+                proxy.height().min(wide.height()),
+            );
+            let (bx, by) = quality::busiest_window(wide, cw, ch).expect("window");
+            let crop = |x, y| {
+                wide.extract(x, y, cw, ch)
+                    .and_then(|i| i.into_memory())
+                    .expect("crop")
+            };
+            let qb = search(&crop(bx, by), *ww);
+            let qc = search(
+                &crop((wide.width() - cw) / 2, (wide.height() - ch) / 2),
+                *ww,
+            );
+            let own_wide = search(wide, *ww);
+            println!(
+                "CROP | {} | {photo} | {ww} | own {own_wide} | busiest {qb} | centre {qc} | proxy {qp} |",
+                f.name()
+            );
+            for (w, img) in &stills {
+                let own = search(img, *w);
+                let carried = quality::carry(f, qp, *pw, *w);
+                let delta = own as i32 - qp as i32;
+                println!(
+                    "| {} | {photo} | {w} | {:.1} | {own} | {qp} | {carried} | {delta} |",
+                    f.name(),
+                    *w as f64 / *pw as f64
+                );
+                deltas
+                    .entry((f.name().to_owned(), w / 100 * 100))
+                    .or_default()
+                    .push(delta);
+            }
+        }
+    }
+    println!("\n| format | width (100s) | photos | min delta | mean delta | max delta |");
+    println!("|---|---|---|---|---|---|");
+    for ((f, w), d) in &deltas {
+        let mean = d.iter().sum::<i32>() as f64 / d.len() as f64;
+        let (min, max) = (d.iter().min().unwrap(), d.iter().max().unwrap());
+        println!("| {f} | {w} | {} | {min} | {mean:.1} | {max} |", d.len());
+    }
+}
+
 fn main() {
+    if std::env::args().any(|a| a == "--calibrate") {
+        let settings = Settings::load_from(None, Vec::new()).expect("settings");
+        let job = settings.media_job(&arg("--profile", "picture"), None);
+        media::init(1);
+        let target: f64 = arg("--target", "70").parse().expect("--target SCORE");
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
+        return calibrate(&job, &corpus, target);
+    }
     let sharp_dir = PathBuf::from(arg("--sharp", ""));
     let dssim = PathBuf::from(arg("--dssim", "dssim"));
     let profile = arg("--profile", "variants");

@@ -65,7 +65,9 @@ fn derived(name: &str, f: impl FnOnce(Image) -> Image) -> tempfile::TempPath {
         .tempfile()
         .unwrap()
         .into_temp_path();
-    f(img).save_jpeg(&path, 92).unwrap();
+    f(img)
+        .save(&path, media_worker::contract::OutputFormat::Jpeg, 92)
+        .unwrap();
     path
 }
 

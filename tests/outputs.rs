@@ -10,7 +10,7 @@ use std::process::Command;
 
 use common::corpus;
 use media_worker::config::Settings;
-use media_worker::contract::Warning;
+use media_worker::contract::{OutputFormat, Warning};
 use media_worker::media::vips::Image;
 use media_worker::media::{self, Control, MediaOutput, ProducedFile};
 use serde_json::Value;
@@ -66,8 +66,8 @@ fn tagged_uploads(dir: &Path) -> Vec<PathBuf> {
         let path = dir.join(format!("gps.{ext}"));
         let img = Image::open(&corpus("face_recognition_kit_with_rose.jpg")).unwrap();
         match ext {
-            "jpg" => img.save_jpeg(&path, 90).unwrap(),
-            _ => img.save_webp(&path, 90).unwrap(),
+            "jpg" => img.save(&path, OutputFormat::Jpeg, 90).unwrap(),
+            _ => img.save(&path, OutputFormat::Webp, 90).unwrap(),
         }
         let out = Command::new("exiftool")
             .args([
@@ -289,7 +289,7 @@ fn canvas(dir: &Path, w: u32, h: u32) -> PathBuf {
     photo
         .embed(x, y, w, h)
         .unwrap()
-        .save_jpeg(&path, 85)
+        .save(&path, OutputFormat::Jpeg, 85)
         .unwrap();
     path
 }

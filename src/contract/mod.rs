@@ -114,7 +114,7 @@ pub struct SourceInfo {
 }
 
 /// One object written by the job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Output {
     /// `variant` (a resized copy), `thumbnail` (a crop around the focal point), `rendition`
     /// (a progressive video transcode), `poster` (an image output of a video's poster frame),
@@ -142,6 +142,26 @@ pub struct Output {
     /// For an animated variant (an animated GIF or WebP input's WebP variants): its frames.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frames: Option<u32>,
+    /// For an image output: the encoder quality it was written with, and with
+    /// `quality = "auto"` what the search aimed at and reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<QualityUsed>,
+}
+
+/// How an image output was encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct QualityUsed {
+    /// The encoder's quality setting (1-100).
+    pub value: u8,
+    /// With `quality = "auto"`: the SSIMULACRA2 score aimed at (100 = identical, 90 visually
+    /// lossless, 70 high, 50 medium).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<f64>,
+    /// SSIMULACRA2 of this output against the pixels it was encoded from, on the output the
+    /// search ran on (the narrowest variant); wider variants take its quality with a
+    /// per-width correction measured on a corpus, and are not scored again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
 }
 
 /// What the worker learnt about the input: an image (null for the `variants` profile) or a

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::analyze;
 use super::animation::Animation;
 use super::control::{Control, Event};
-use super::error::{MediaFailure, at, unwind};
+use super::error::{MediaError, MediaFailure, at, unwind};
 use super::output::MediaOutput;
 use super::probe::{self, Probe};
 use super::settings::{AnalysisSettings, MediaJob, Profile};
@@ -148,4 +148,29 @@ fn decode_stage(analysis: bool) -> Stage {
     } else {
         Stage::Transform
     }
+}
+
+/// The pixels each still variant of the image `input` is encoded from, widest first, as the
+/// transform stage makes them (for tools that score outputs against them).
+pub fn variant_pixels(
+    job: &MediaJob,
+    input: &Path,
+    mut visit: impl FnMut(u32, &vips::Image),
+) -> Result<(), MediaFailure> {
+    let probe_err = |e: MediaError| at(Stage::Probe)(e);
+    let format = match sniff::sniff_file(input).map_err(|e| probe_err(e.into()))? {
+        sniff::Sniffed::Image(f) => f,
+        _ => return Err(probe_err(MediaError::Unsupported("not an image".into()))),
+    };
+    let probe = probe::run(input, format, &job.limits).map_err(at(Stage::Probe))?;
+    let (decoded, _) = decode_image(input, &probe, &job.profile, None)?;
+    let size = (decoded.width(), decoded.height());
+    let widths = transform::plan_widths(&job.profile.widths, probe.width);
+    let (plan, _) = transform::plan_variants(&widths, size, &job.profile.formats);
+    let stills =
+        transform::Stills::make(&decoded, None, &plan, None).map_err(at(Stage::Transform))?;
+    for (w, image) in stills.iter() {
+        visit(w, image);
+    }
+    Ok(())
 }

@@ -13,6 +13,7 @@ mod gif;
 pub mod image;
 pub mod output;
 pub mod probe;
+pub mod quality;
 pub mod settings;
 pub mod sniff;
 pub mod track;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::contract::{Analysis, MediaType, OutputFormat, Rect, Warning};
+use crate::contract::{Analysis, MediaType, OutputFormat, QualityUsed, Rect, Warning};
 use crate::media::settings::StreamingFormat;
 pub use crate::media::track::{Track, TrackId};
 
@@ -25,6 +25,9 @@ pub struct ProducedFile {
     pub frames: Option<u32>,
     /// Thumbnails: the region of the upright source shown.
     pub crop: Option<Rect>,
+    /// Images: how they were encoded.
+    #[serde(default)]
+    pub quality: Option<QualityUsed>,
 }
 
 /// What a produced file is encoded as.

@@ -229,11 +229,85 @@ pub struct ThumbnailSpec {
     pub height: u32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FormatSpec {
     pub format: OutputFormat,
-    pub quality: u8,
+    pub quality: Quality,
+    /// With `quality = "auto"`: what the search aims at (default `high`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Target>,
+}
+
+impl FormatSpec {
+    pub fn fixed(format: OutputFormat, quality: u8) -> FormatSpec {
+        FormatSpec {
+            format,
+            quality: Quality::Fixed(quality),
+            target: None,
+        }
+    }
+
+    /// The SSIMULACRA2 score an auto quality aims at; `None` for a fixed quality.
+    pub fn auto_target(&self) -> Option<f64> {
+        match self.quality {
+            Quality::Fixed(_) => None,
+            Quality::Auto(_) => Some(self.target.unwrap_or_default().score()),
+        }
+    }
+}
+
+/// An encoder quality: fixed (1-100), or `"auto"`: per image, the lowest that meets the
+/// format's [`Target`] (see `media::quality`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Quality {
+    Fixed(u8),
+    Auto(AutoQuality),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoQuality {
+    Auto,
+}
+
+/// An auto quality's aim: a named level or a SSIMULACRA2 score (30-95).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Target {
+    Level(Level),
+    Score(f64),
+}
+
+/// Named SSIMULACRA2 levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// 60: artefacts visible on a close look, for previews.
+    Medium,
+    /// 70: no artefact at normal viewing distance (libjxl's "high quality").
+    #[default]
+    High,
+    /// 80: artefacts hard to find even side by side.
+    Higher,
+}
+
+impl Default for Target {
+    fn default() -> Self {
+        Target::Level(Level::default())
+    }
+}
+
+impl Target {
+    pub fn score(self) -> f64 {
+        match self {
+            Target::Level(Level::Medium) => 60.0,
+            Target::Level(Level::High) => 70.0,
+            Target::Level(Level::Higher) => 80.0,
+            Target::Score(s) => s,
+        }
+    }
 }
 
 impl Section for Limits {
@@ -305,11 +379,20 @@ impl Section for Profile {
             "formats",
             "need at least one format",
         )?;
-        ensure(
-            self.formats.iter().all(|f| (1..=100).contains(&f.quality)),
-            "formats",
-            "quality must be 1-100",
-        )?;
+        for f in &self.formats {
+            match f.quality {
+                Quality::Fixed(q) => ensure(
+                    (1..=100).contains(&q) && f.target.is_none(),
+                    "formats",
+                    "quality must be 1-100 or \"auto\", and only \"auto\" takes a target",
+                )?,
+                Quality::Auto(_) => ensure(
+                    f.target.is_none_or(|t| (30.0..=95.0).contains(&t.score())),
+                    "formats",
+                    "a target is \"medium\", \"high\", \"higher\" or a SSIMULACRA2 score 30-95",
+                )?,
+            }
+        }
         if let Some(t) = self.thumbnail {
             let side = 1..=MAX_THUMBNAIL_SIDE;
             ensure(

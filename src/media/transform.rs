@@ -10,10 +10,11 @@ use super::error::MediaError;
 use super::output::{FileFormat, ProducedFile, Role, names};
 use super::probe::Colour;
 use super::probe::Probe;
-use super::settings::{FormatSpec, Profile, ThumbnailSpec};
+use super::quality;
+use super::settings::{FormatSpec, Profile, Quality, ThumbnailSpec};
 use super::sniff::ImageFormat;
 use super::vips::{Image, VipsError};
-use crate::contract::{OutputFormat, Point, Rect, Warning, WarningCode};
+use crate::contract::{OutputFormat, Point, QualityUsed, Rect, Warning, WarningCode};
 
 const WHITE: [f64; 3] = [255.0, 255.0, 255.0];
 
@@ -254,56 +255,44 @@ pub struct Transformed {
 /// variants are animated and the rest show its first frame, `decoded`.
 pub fn run(
     decoded: &Image,
-    mut made: Option<Variant>,
+    made: Option<Variant>,
     animation: Option<&Animation>,
     probe: &Probe,
     profile: &Profile,
     focal: Option<Point>,
     out_dir: &Path,
 ) -> Result<Transformed, MediaError> {
-    let mut files = Vec::new();
     let size = (decoded.width(), decoded.height());
     let widths = plan_widths(&profile.widths, probe.width);
     let (plan, warnings) = plan_variants(&widths, size, &profile.formats);
-    // Widest first, each variant resized from a wider one made before when one is wide enough
-    // (a cascade, see `cascade_source`). Listed narrowest first.
+    let stills = Stills::make(decoded, made, &plan, animation)?;
+    let mut qualities = Qualities::search(&profile.formats, stills.narrowest(), decoded)?;
+
+    // Listed narrowest first.
     let mut by_width = Vec::new();
-    let mut wider: Vec<Image> = Vec::new();
     for (w, formats) in plan.into_iter().rev() {
         let stem = names::variant_stem(w);
         let mut made_here = Vec::new();
-        let (moving, still): (Vec<FormatSpec>, Vec<FormatSpec>) = formats
-            .iter()
-            .partition(|f| animation.is_some() && f.format == OutputFormat::Webp);
+        let (moving, still): (Vec<FormatSpec>, Vec<FormatSpec>) =
+            formats.iter().partition(|f| moving(f, animation));
         if let Some(animation) = animation {
             for spec in moving {
-                made_here.push(animated_webp(animation, w, spec.quality, &stem, out_dir)?);
+                let quality = qualities.at(&spec, w);
+                made_here.push(animated_webp(animation, w, quality, &stem, out_dir)?);
             }
         }
-        if !still.is_empty() {
-            let source = cascade_source(&wider, w).unwrap_or(decoded);
-            let resized = match made.take_if(|v| v.width == w) {
-                Some(v) => Some(v.image),
-                // The height a resize of the decoded image would give, whatever the source.
-                None => resized(source, (w, height_at(w, size)))?,
-            };
+        if let Some(pixels) = stills.at(w) {
             let out = Outputs {
                 stem: &stem,
                 role: Role::Variant,
                 crop: None,
                 dir: out_dir,
             };
-            encode_all(
-                resized.as_ref().unwrap_or(decoded),
-                &still,
-                &out,
-                &mut made_here,
-            )?;
-            wider.extend(resized);
+            encode_all(pixels, &still, &mut qualities, &out, &mut made_here)?;
         }
         by_width.push(made_here);
     }
-    files.extend(by_width.into_iter().rev().flatten());
+    let mut files: Vec<ProducedFile> = by_width.into_iter().rev().flatten().collect();
     if let Some(spec) = profile.thumbnail {
         let focal = focal.unwrap_or(Point {
             x: probe.width / 2,
@@ -316,16 +305,218 @@ pub fn run(
             crop: Some(crop),
             dir: out_dir,
         };
-        encode_all(&thumb, &profile.formats, &out, &mut files)?;
+        encode_all(&thumb, &profile.formats, &mut qualities, &out, &mut files)?;
     }
     Ok(Transformed { files, warnings })
+}
+
+/// The pixels of every still variant: each resized from a wider one made before when one is
+/// wide enough (a cascade, see `cascade_source`), else from the decoded image.
+pub struct Stills<'a> {
+    decoded: &'a Image,
+    resized: Vec<Image>,
+    /// Widest first: each width and its image in `resized` (`None`: `decoded` itself).
+    widths: Vec<(u32, Option<usize>)>,
+}
+
+impl<'a> Stills<'a> {
+    /// Makes the still variants of `plan` (`made` is one made earlier, [`variant_for`]).
+    pub fn make(
+        decoded: &'a Image,
+        mut made: Option<Variant>,
+        plan: &BTreeMap<u32, Vec<FormatSpec>>,
+        animation: Option<&Animation>,
+    ) -> Result<Stills<'a>, MediaError> {
+        let size = (decoded.width(), decoded.height());
+        let mut stills = Stills {
+            decoded,
+            resized: Vec::new(),
+            widths: Vec::new(),
+        };
+        for (&w, formats) in plan.iter().rev() {
+            if formats.iter().all(|f| moving(f, animation)) {
+                continue;
+            }
+            let source = cascade_source(&stills.resized, w).unwrap_or(decoded);
+            let resized = match made.take_if(|v| v.width == w) {
+                Some(v) => Some(v.image),
+                // The height a resize of the decoded image would give, whatever the source.
+                None => resized(source, (w, height_at(w, size)))?,
+            };
+            let index = resized.is_some().then_some(stills.resized.len());
+            stills.widths.push((w, index));
+            stills.resized.extend(resized);
+        }
+        Ok(stills)
+    }
+
+    /// The variant `width` px wide, if it is a still one.
+    pub fn at(&self, width: u32) -> Option<&Image> {
+        let (_, i) = self.widths.iter().find(|(w, _)| *w == width)?;
+        Some(i.map_or(self.decoded, |i| &self.resized[i]))
+    }
+
+    /// Each still variant, widest first.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &Image)> {
+        self.widths
+            .iter()
+            .map(|(w, i)| (*w, i.map_or(self.decoded, |i| &self.resized[i])))
+    }
+
+    pub fn narrowest(&self) -> Option<(u32, &Image)> {
+        self.iter().last()
+    }
+}
+
+/// Whether a format's variants of this image are animated (only WebP's are).
+fn moving(spec: &FormatSpec, animation: Option<&Animation>) -> bool {
+    animation.is_some() && spec.format == OutputFormat::Webp
+}
+
+/// The quality of every output of one image: a fixed one as the profile says, an auto one from
+/// the search on the proxy (see `media::quality`).
+struct Qualities {
+    /// Per auto format: what the search found, and its target.
+    found: Vec<(OutputFormat, quality::Found, f64)>,
+    /// The proxy's width, and whether it is the narrowest variant (whose output is then the
+    /// search's winning encoding).
+    proxy_width: u32,
+    proxy_is_variant: bool,
+}
+
+impl Qualities {
+    /// Searches each auto format on the proxy: the `narrowest` variant (width, pixels) when
+    /// it is narrow enough, else a downscale of it (or of `decoded`, with no still variant).
+    fn search(
+        formats: &[FormatSpec],
+        narrowest: Option<(u32, &Image)>,
+        decoded: &Image,
+    ) -> Result<Qualities, MediaError> {
+        let auto: Vec<(&FormatSpec, f64)> = formats
+            .iter()
+            .filter_map(|f| f.auto_target().map(|t| (f, t)))
+            .collect();
+        let (mut proxy_width, mut proxy_is_variant) = (0, false);
+        let mut found = Vec::new();
+        if auto.is_empty() {
+            return Ok(Qualities {
+                found,
+                proxy_width,
+                proxy_is_variant,
+            });
+        }
+        let _span = tracing::info_span!("image.quality_search").entered();
+        let (image, owned);
+        match narrowest {
+            Some((w, img)) if w <= quality::MAX_PROXY_WIDTH => {
+                (proxy_width, proxy_is_variant) = (w, true);
+                image = img;
+            }
+            other => {
+                let source = other.map_or(decoded, |(_, img)| img);
+                proxy_width = quality::PROXY_WIDTH.min(source.width());
+                let size = (
+                    proxy_width,
+                    height_at(proxy_width, (source.width(), source.height())),
+                );
+                owned = resized(source, size)?;
+                image = owned.as_ref().unwrap_or(source);
+            }
+        }
+        // JPEG's proxy is flattened, as its outputs are.
+        let opaque = opaque_if(
+            image,
+            auto.iter().any(|(f, _)| f.format == OutputFormat::Jpeg),
+        )?;
+        let scorer = |img| quality::Scorer::new(img).map_err(transform_err);
+        let (scorer, opaque_scorer) = (scorer(image)?, opaque.as_ref().map(scorer).transpose()?);
+        for (spec, target) in auto {
+            let (proxy, scorer) = match (&opaque, &opaque_scorer) {
+                (Some(o), Some(s)) if spec.format == OutputFormat::Jpeg => (o, s),
+                _ => (image, &scorer),
+            };
+            let effort = quality::effort(spec.format, proxy_width);
+            let f = scorer
+                .search(proxy, spec.format, effort, target)
+                .map_err(transform_err)?;
+            found.push((spec.format, f, target));
+        }
+        Ok(Qualities {
+            found,
+            proxy_width,
+            proxy_is_variant,
+        })
+    }
+
+    /// The quality of `spec`'s output `width` px wide, as reported.
+    fn at(&self, spec: &FormatSpec, width: u32) -> (u8, QualityUsed) {
+        match spec.quality {
+            Quality::Fixed(q) => (
+                q,
+                QualityUsed {
+                    value: q,
+                    target: None,
+                    score: None,
+                },
+            ),
+            Quality::Auto(_) => {
+                let (_, found, target) = self
+                    .found
+                    .iter()
+                    .find(|(f, ..)| *f == spec.format)
+                    .expect("every auto format was searched");
+                let q = quality::carry(spec.format, found.quality, self.proxy_width, width);
+                (
+                    q,
+                    QualityUsed {
+                        value: q,
+                        target: Some(*target),
+                        score: None,
+                    },
+                )
+            }
+        }
+    }
+
+    /// The search's winning encoding, when it is this variant's (taken: it ships once).
+    fn take_proxy_output(
+        &mut self,
+        spec: &FormatSpec,
+        width: u32,
+        role: Role,
+    ) -> Option<(Vec<u8>, QualityUsed)> {
+        if !(self.proxy_is_variant && role == Role::Variant && width == self.proxy_width) {
+            return None;
+        }
+        let (_, found, target) = self.found.iter_mut().find(|(f, ..)| *f == spec.format)?;
+        if found.bytes.is_empty() {
+            return None;
+        }
+        let used = QualityUsed {
+            value: found.quality,
+            target: Some(*target),
+            score: Some((found.score * 100.0).round() / 100.0),
+        };
+        Some((std::mem::take(&mut found.bytes), used))
+    }
+}
+
+/// `img` flattened onto white when it has alpha and `needed` (JPEG has no alpha).
+fn opaque_if(img: &Image, needed: bool) -> Result<Option<Image>, MediaError> {
+    if !(needed && img.has_alpha()) {
+        return Ok(None);
+    }
+    img.flatten(WHITE)
+        .and_then(Image::into_memory)
+        .map(Some)
+        .map_err(transform_err)
 }
 
 /// The animated WebP variant `width` px wide.
 fn animated_webp(
     animation: &Animation,
     width: u32,
-    quality: u8,
+    (quality, used): (u8, QualityUsed),
     stem: &str,
     dir: &Path,
 ) -> Result<ProducedFile, MediaError> {
@@ -345,6 +536,7 @@ fn animated_webp(
         duration_ms: Some(animation.duration_ms()),
         frames: Some(animation.frames()),
         crop: None,
+        quality: Some(used),
     })
 }
 
@@ -391,20 +583,11 @@ struct Outputs<'a> {
 fn encode_all(
     img: &Image,
     formats: &[FormatSpec],
+    qualities: &mut Qualities,
     out: &Outputs,
     files: &mut Vec<ProducedFile>,
 ) -> Result<(), MediaError> {
-    // JPEG has no alpha: flatten once, onto white.
-    let needs_opaque = img.has_alpha() && formats.iter().any(|f| f.format == OutputFormat::Jpeg);
-    let opaque = if needs_opaque {
-        Some(
-            img.flatten(WHITE)
-                .and_then(Image::into_memory)
-                .map_err(transform_err)?,
-        )
-    } else {
-        None
-    };
+    let opaque = opaque_if(img, formats.iter().any(|f| f.format == OutputFormat::Jpeg))?;
     for spec in formats {
         let name = names::image(out.stem, spec.format);
         let path = out.dir.join(&name);
@@ -412,23 +595,30 @@ fn encode_all(
             OutputFormat::Jpeg => opaque.as_ref().unwrap_or(img),
             _ => img,
         };
-        match spec.format {
-            OutputFormat::Jpeg => src.save_jpeg(&path, spec.quality),
-            OutputFormat::Webp => src.save_webp(&path, spec.quality),
-            OutputFormat::Avif => src.save_avif(&path, spec.quality),
-        }
-        .map_err(transform_err)?;
+        let width = src.width();
+        let (bytes, quality) = match qualities.take_proxy_output(spec, width, out.role) {
+            Some(found) => found,
+            None => {
+                let (q, used) = qualities.at(spec, width);
+                let bytes = src
+                    .encode(spec.format, q, quality::effort(spec.format, width))
+                    .map_err(transform_err)?;
+                (bytes, used)
+            }
+        };
+        std::fs::write(&path, &bytes)?;
         files.push(ProducedFile {
-            size_bytes: std::fs::metadata(&path)?.len(),
+            size_bytes: bytes.len() as u64,
             name,
             path,
             role: out.role,
             format: FileFormat::Image(spec.format),
             duration_ms: None,
             frames: None,
-            width: src.width(),
+            width,
             height: src.height(),
             crop: out.crop,
+            quality: Some(quality),
         });
     }
     Ok(())
@@ -477,10 +667,7 @@ mod tests {
             vec![(320, Fit::Skipped)]
         );
         // A wide panorama fits every format as planned.
-        let spec = |format| FormatSpec {
-            format,
-            quality: 80,
-        };
+        let spec = |format| FormatSpec::fixed(format, 80);
         let formats = [spec(OutputFormat::Webp), spec(OutputFormat::Jpeg)];
         let (plan, warnings) = plan_variants(&widths, (20000, 1080), &formats);
         assert!(warnings.is_empty());

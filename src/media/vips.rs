@@ -13,6 +13,8 @@ use std::path::Path;
 use std::ptr;
 use std::sync::Once;
 
+use crate::contract::OutputFormat;
+
 #[repr(C)]
 struct RawImage {
     _private: [u8; 0],
@@ -109,14 +111,30 @@ unsafe extern "C" {
     fn vips_array_double_newv(n: c_int, ...) -> *mut c_void;
     fn vips_area_unref(area: *mut c_void);
 
-    fn vips_jpegsave(input: *mut RawImage, filename: *const c_char, ...) -> c_int;
+    fn vips_image_new_from_buffer(
+        buf: *const c_void,
+        len: usize,
+        option_string: *const c_char,
+        ...
+    ) -> *mut RawImage;
+    fn vips_jpegsave_buffer(
+        input: *mut RawImage,
+        buf: *mut *mut c_void,
+        len: *mut usize,
+        ...
+    ) -> c_int;
     fn vips_webpsave_buffer(
         input: *mut RawImage,
         buf: *mut *mut c_void,
         len: *mut usize,
         ...
     ) -> c_int;
-    fn vips_heifsave(input: *mut RawImage, filename: *const c_char, ...) -> c_int;
+    fn vips_heifsave_buffer(
+        input: *mut RawImage,
+        buf: *mut *mut c_void,
+        len: *mut usize,
+        ...
+    ) -> c_int;
 }
 
 // Enum values from libvips 8.14's headers.
@@ -277,14 +295,6 @@ impl Drop for Image {
 }
 
 /// A libvips call's return code: 0, or the error it left.
-fn check(rc: c_int, context: &str) -> Result<()> {
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(last_error(context))
-    }
-}
-
 /// A new image reference from libvips, or the error it left when there is none.
 fn adopt(p: *mut RawImage, context: &str) -> Result<Image> {
     if p.is_null() {
@@ -730,14 +740,39 @@ impl Image {
         Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
     }
 
-    /// Saves as JPEG without metadata: progressive above [`BASELINE_JPEG_MAX_WIDTH`].
-    pub fn save_jpeg(&self, path: &Path, quality: u8) -> Result<()> {
-        let c = cstring(path)?;
-        // SAFETY: option names and types match jpegsave's arguments.
-        let rc = unsafe {
-            vips_jpegsave(
+    /// Decodes an encoded image held in memory (an encoder's output read back for scoring).
+    pub fn from_buffer(bytes: &[u8]) -> Result<Image> {
+        // SAFETY: libvips reads `len` bytes, which outlive the image: it is rendered into
+        // memory before they are dropped.
+        let p = unsafe {
+            vips_image_new_from_buffer(bytes.as_ptr().cast(), bytes.len(), c"".as_ptr(), END)
+        };
+        adopt(p, "cannot decode buffer")?.into_memory()
+    }
+
+    /// Encodes as `format` at `quality` (and, for AVIF, `effort`), without metadata.
+    pub fn encode(&self, format: OutputFormat, quality: u8, effort: u8) -> Result<Vec<u8>> {
+        match format {
+            OutputFormat::Jpeg => self.encode_jpeg(quality),
+            OutputFormat::Webp => self.encode_webp(quality, super::webpmux::strip),
+            OutputFormat::Avif => self.encode_avif(quality, effort),
+        }
+    }
+
+    /// Encodes (as [`Image::encode`], AVIF at a middling effort) into the file `path`.
+    pub fn save(&self, path: &Path, format: OutputFormat, quality: u8) -> Result<()> {
+        let bytes = self.encode(format, quality, 4)?;
+        std::fs::write(path, bytes).map_err(|e| VipsError(format!("{}: {e}", path.display())))
+    }
+
+    /// JPEG: progressive above [`BASELINE_JPEG_MAX_WIDTH`].
+    fn encode_jpeg(&self, quality: u8) -> Result<Vec<u8>> {
+        buffer("jpegsave", |buf, len| unsafe {
+            // SAFETY: option names and types match jpegsave's arguments.
+            vips_jpegsave_buffer(
                 self.0,
-                c.as_ptr(),
+                buf,
+                len,
                 c"Q".as_ptr(),
                 quality as c_int,
                 c"interlace".as_ptr(),
@@ -748,14 +783,8 @@ impl Image {
                 TRUE,
                 END,
             )
-        };
-        check(rc, "jpegsave")
-    }
-
-    /// Saves as lossy WebP without metadata (removed after encoding, see [`super::webpmux`]).
-    pub fn save_webp(&self, path: &Path, quality: u8) -> Result<()> {
-        let bytes = self.encode_webp(quality, super::webpmux::strip)?;
-        std::fs::write(path, bytes).map_err(|e| VipsError(format!("webpsave: {e}")))
+        })
+        .map(|b| b.to_vec())
     }
 
     /// Encodes as lossy WebP in memory; `then` reads libvips' buffer (which may hold metadata
@@ -765,13 +794,12 @@ impl Image {
         quality: u8,
         then: impl FnOnce(&[u8]) -> std::result::Result<T, String>,
     ) -> Result<T> {
-        let (mut buf, mut len) = (ptr::null_mut::<c_void>(), 0usize);
-        // SAFETY: option names and types match webpsave's arguments.
-        let rc = unsafe {
+        let bytes = buffer("webpsave", |buf, len| unsafe {
+            // SAFETY: option names and types match webpsave's arguments.
             vips_webpsave_buffer(
                 self.0,
-                &mut buf,
-                &mut len,
+                buf,
+                len,
                 c"Q".as_ptr(),
                 quality as c_int,
                 c"effort".as_ptr(),
@@ -780,25 +808,18 @@ impl Image {
                 TRUE,
                 END,
             )
-        };
-        if rc != 0 || buf.is_null() {
-            return Err(last_error("webpsave"));
-        }
-        // SAFETY: libvips hands us a g_malloc'd buffer of `len` bytes, freed after use.
-        let result = then(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) });
-        // SAFETY: as above; nothing refers to the buffer any more.
-        unsafe { g_free(buf) };
-        result.map_err(VipsError)
+        })?;
+        then(&bytes).map_err(VipsError)
     }
 
-    /// Saves as 8-bit AVIF (AV1 in HEIF) without metadata.
-    pub fn save_avif(&self, path: &Path, quality: u8) -> Result<()> {
-        let c = cstring(path)?;
-        // SAFETY: option names and types match heifsave's arguments.
-        let rc = unsafe {
-            vips_heifsave(
+    /// 8-bit AVIF (AV1 in HEIF); `effort` 0-9 is libaom's speed 9 - effort.
+    fn encode_avif(&self, quality: u8, effort: u8) -> Result<Vec<u8>> {
+        buffer("heifsave", |buf, len| unsafe {
+            // SAFETY: option names and types match heifsave's arguments.
+            vips_heifsave_buffer(
                 self.0,
-                c.as_ptr(),
+                buf,
+                len,
                 c"Q".as_ptr(),
                 quality as c_int,
                 c"compression".as_ptr(),
@@ -806,12 +827,39 @@ impl Image {
                 c"bitdepth".as_ptr(),
                 8 as c_int,
                 c"effort".as_ptr(),
-                2 as c_int,
+                effort.min(9) as c_int,
                 c"strip".as_ptr(),
                 TRUE,
                 END,
             )
-        };
-        check(rc, "heifsave")
+        })
+        .map(|b| b.to_vec())
     }
+}
+
+/// A buffer libvips allocated for an encoder's output, freed on drop.
+struct Buffer(*mut c_void, usize);
+
+impl std::ops::Deref for Buffer {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: libvips handed us `len` bytes at this (non-null) address.
+        unsafe { std::slice::from_raw_parts(self.0.cast::<u8>(), self.1) }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: a g_malloc'd buffer nothing else refers to.
+        unsafe { g_free(self.0) };
+    }
+}
+
+/// Runs a `*save_buffer` call; its output.
+fn buffer(context: &str, f: impl FnOnce(*mut *mut c_void, *mut usize) -> c_int) -> Result<Buffer> {
+    let (mut buf, mut len) = (ptr::null_mut::<c_void>(), 0usize);
+    if f(&mut buf, &mut len) != 0 || buf.is_null() {
+        return Err(last_error(context));
+    }
+    Ok(Buffer(buf, len))
 }

@@ -221,6 +221,7 @@ fn forged_output(path: PathBuf) -> MediaOutput {
             duration_ms: None,
             frames: None,
             crop: None,
+            quality: None,
         }],
         analysis: None,
         warnings: Vec::new(),

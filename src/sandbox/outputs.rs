@@ -129,6 +129,7 @@ mod tests {
             duration_ms: None,
             frames: None,
             crop: None,
+            quality: None,
         }
     }
 

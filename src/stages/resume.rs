@@ -246,6 +246,7 @@ mod tests {
             crop: None,
             duration_ms: Some(1000),
             frames: None,
+            quality: None,
         }
     }
 

@@ -63,5 +63,6 @@ pub async fn one(to: &Destination<'_>, f: &ProducedFile) -> Result<Output, Stora
         crop: f.crop,
         duration_ms: f.duration_ms,
         frames: f.frames,
+        quality: f.quality,
     })
 }

@@ -74,9 +74,13 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
     let fuzz = media_worker::media::settings::Profile {
         analysis: true,
         widths: vec![160],
+        // Auto quality: the search (encode, decode, score) runs on every decodable mutant.
         formats: vec![media_worker::media::settings::FormatSpec {
             format: media_worker::contract::OutputFormat::Webp,
-            quality: 60,
+            quality: media_worker::media::settings::Quality::Auto(
+                media_worker::media::settings::AutoQuality::Auto,
+            ),
+            target: None,
         }],
         thumbnail: None,
         renditions: vec![media_worker::media::settings::Rendition {

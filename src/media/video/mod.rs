@@ -376,6 +376,7 @@ fn rendition(
         duration_ms: Some(written.as_millis() as u64),
         frames: None,
         crop: None,
+        quality: None,
     })
 }
 

@@ -131,6 +131,7 @@ impl Plan {
             duration_ms: Some(self.duration.as_millis() as u64),
             frames: Some(self.count),
             crop: None,
+            quality: None,
         };
         Ok(vec![
             file(

@@ -81,6 +81,7 @@ pub fn read_track(
             duration_ms: None,
             frames: None,
             crop: None,
+            quality: None,
         })
     };
     let init = piece(names::init_segment(id), FileFormat::Cmaf(id, None))?;
@@ -396,6 +397,7 @@ pub fn entry_points(
             duration_ms: Some((seconds * 1000.0).round() as u64),
             frames: None,
             crop: None,
+            quality: None,
         });
     }
     Ok(files)

@@ -1,0 +1,255 @@
+//! Auto quality (`quality = "auto"`): per image and format, the lowest encoder quality whose
+//! output scores at least the format's target on SSIMULACRA2 (`fast-ssim2`; 100 = identical,
+//! 90 visually lossless at 1:1, 70 high, 50 medium).
+//!
+//! Scoring costs about 70 ns a pixel (4.5 ms for a 320 px variant, 235 ms for a 1920 px one),
+//! so the search runs on one small image, the proxy: the narrowest variant, whose winning
+//! encoding ships as is. The wider variants take the proxy's quality with a per-width
+//! correction ([`carry`]) measured on the corpus (`cargo bench --bench quality --
+//! --calibrate` finds each width's own lowest quality). A window of the widest variant at its
+//! own scale did not predict that variant better (its busiest window needed up to 18 steps
+//! less than the whole), so the correction is per width, the most the corpus needed.
+
+use fast_ssim2::{PixelDescriptor, PixelSlice, Ssimulacra2Reference};
+
+use super::vips::{Image, VipsError};
+use crate::contract::OutputFormat;
+
+/// The proxy: the narrowest variant when it is at most this wide, else a downscale to
+/// [`PROXY_WIDTH`].
+pub const MAX_PROXY_WIDTH: u32 = 640;
+pub const PROXY_WIDTH: u32 = 320;
+
+/// At most this many encodes and scores per image and format.
+const MAX_STEPS: usize = 6;
+/// Score gained per quality step, roughly, where a search starts (it then interpolates
+/// between what it measured).
+const SLOPE: f64 = 0.6;
+
+/// The qualities searched, and the first tried (about where photos land for "high").
+fn range(format: OutputFormat) -> (u8, u8, u8) {
+    match format {
+        OutputFormat::Jpeg => (30, 95, 75),
+        OutputFormat::Webp => (30, 95, 75),
+        OutputFormat::Avif => (20, 90, 55),
+    }
+}
+
+/// What the search settled on for one format.
+pub struct Found {
+    pub quality: u8,
+    /// The proxy's score at that quality (below the target only when even the top of the range
+    /// missed it).
+    pub score: f64,
+    /// The proxy encoded at that quality: it ships as the proxy's output.
+    pub bytes: Vec<u8>,
+}
+
+/// The scorer of one proxy: its reference computed once for every candidate.
+pub struct Scorer {
+    reference: Ssimulacra2Reference,
+}
+
+impl Scorer {
+    pub fn new(proxy: &Image) -> Result<Scorer, VipsError> {
+        let reference = with_slice(proxy, Ssimulacra2Reference::new)?;
+        Ok(Scorer { reference })
+    }
+
+    /// SSIMULACRA2 of `encoded` (decoded again) against the proxy.
+    pub fn score(&self, encoded: &[u8]) -> Result<f64, VipsError> {
+        let decoded = Image::from_buffer(encoded)?;
+        with_slice(&decoded, |s| self.reference.compare(s))
+    }
+
+    /// The lowest quality (within the format's range) whose encoding of `proxy` scores at
+    /// least `target`: a bracketing search that interpolates between the qualities it tried.
+    pub fn search(
+        &self,
+        proxy: &Image,
+        format: OutputFormat,
+        effort: u8,
+        target: f64,
+    ) -> Result<Found, VipsError> {
+        let (lo, hi, start) = range(format);
+        // The highest quality known to miss and the lowest known to meet, with their scores.
+        let mut miss: Option<(u8, f64)> = None;
+        let mut met: Option<(u8, f64, Vec<u8>)> = None;
+        let mut q = start;
+        for _ in 0..MAX_STEPS {
+            let bytes = proxy.encode(format, q, effort)?;
+            let score = self.score(&bytes)?;
+            if score >= target {
+                met = Some((q, score, bytes));
+            } else {
+                miss = Some((q, score));
+            }
+            let next = match (&miss, &met) {
+                (Some((a, _)), Some((b, ..))) if b - a <= 1 => break,
+                (Some((a, sa)), Some((b, sb, _))) => {
+                    // Linear between the two, kept strictly inside.
+                    let t = ((target - sa) / (sb - sa).max(1e-6)).clamp(0.0, 1.0);
+                    let q = *a as f64 + t * (b - a) as f64;
+                    (q.ceil() as u8).clamp(a + 1, b - 1)
+                }
+                (None, Some((b, ..))) if *b == lo => break,
+                (None, Some((b, sb, _))) => {
+                    let down = ((sb - target) / SLOPE).max(2.0) as u8;
+                    b.saturating_sub(down).max(lo)
+                }
+                (Some((a, _)), None) if *a == hi => break,
+                (Some((a, sa)), None) => {
+                    let up = ((target - sa) / SLOPE).max(2.0) as u8;
+                    a.saturating_add(up).min(hi)
+                }
+                (None, None) => unreachable!("one was just set"),
+            };
+            q = next;
+        }
+        if let Some((quality, score, bytes)) = met {
+            return Ok(Found {
+                quality,
+                score,
+                bytes,
+            });
+        }
+        // Not met even at the top of the range (or not within the steps): the top.
+        let quality = hi;
+        let bytes = proxy.encode(format, quality, effort)?;
+        let score = self.score(&bytes)?;
+        Ok(Found {
+            quality,
+            score,
+            bytes,
+        })
+    }
+}
+
+/// The quality of a variant `width` px wide of a format whose proxy, `proxy_width` px wide,
+/// needed `quality`: lowered by the measured correction for its scale.
+pub fn carry(format: OutputFormat, quality: u8, proxy_width: u32, width: u32) -> u8 {
+    let (lo, hi, _) = range(format);
+    let ratio = width as f64 / proxy_width as f64;
+    let delta = correction(format, ratio);
+    (quality as i32 + delta).clamp(lo as i32, hi as i32) as u8
+}
+
+/// Widths (as multiples of the proxy's) at which [`STEPS_ADDED`] were measured.
+const RATIOS: [f64; 5] = [1.0, 1.6, 2.5, 4.5, 6.0];
+
+/// Quality steps a variant needs above its proxy's at each of [`RATIOS`]: the most any of the
+/// 36 corpus images needed for SSIMULACRA2 70 (`make bench-quality -- --calibrate`), so that
+/// every variant of those meets its target. WebP needs the most: at full size it smooths grain
+/// that a downscale no longer shows (median +2 at 2.5x, the most +14; +29 at 6x).
+const STEPS_ADDED: [(OutputFormat, [f64; 5]); 3] = [
+    (OutputFormat::Webp, [0.0, 7.0, 14.0, 26.0, 29.0]),
+    (OutputFormat::Jpeg, [0.0, 4.0, 7.0, 9.0, 9.0]),
+    (OutputFormat::Avif, [0.0, 3.0, 6.0, 14.0, 19.0]),
+];
+
+/// Quality steps to add at `ratio` times the proxy's width: [`STEPS_ADDED`], linear in
+/// log2(ratio) between the measured ratios, held beyond them.
+fn correction(format: OutputFormat, ratio: f64) -> i32 {
+    let (_, steps) = STEPS_ADDED
+        .iter()
+        .find(|(f, _)| *f == format)
+        .expect("every format");
+    if ratio <= RATIOS[0] {
+        return 0;
+    }
+    let last = RATIOS.len() - 1;
+    let i = RATIOS.iter().rposition(|r| *r <= ratio).unwrap_or(0);
+    if i == last {
+        return steps[last].ceil() as i32;
+    }
+    let (r0, r1) = (RATIOS[i].log2(), RATIOS[i + 1].log2());
+    let t = (ratio.log2() - r0) / (r1 - r0);
+    (steps[i] + t * (steps[i + 1] - steps[i])).ceil() as i32
+}
+
+/// The encoder effort of `format` at `width`: libaom's (libvips' 0-9, speed 9 - effort) for
+/// AVIF, more where pixels are few; the others' do not vary.
+pub fn effort(format: OutputFormat, width: u32) -> u8 {
+    match (format, width) {
+        (OutputFormat::Avif, 0..=640) => 4,
+        (OutputFormat::Avif, 641..=1280) => 3,
+        (OutputFormat::Avif, _) => 2,
+        _ => 0,
+    }
+}
+
+/// Runs `f` over the 8-bit sRGB pixels of an image in memory (RGB, or RGBA with alpha).
+fn with_slice<T>(
+    image: &Image,
+    f: impl FnOnce(&PixelSlice<'_>) -> Result<T, fast_ssim2::Ssimulacra2Error>,
+) -> Result<T, VipsError> {
+    let descriptor = match image.bands() {
+        3 => PixelDescriptor::RGB8_SRGB,
+        4 => PixelDescriptor::RGBA8_SRGB,
+        n => return Err(VipsError(format!("scoring: {n} bands"))),
+    };
+    let pixels = image.pixels()?;
+    let stride = image.width() as usize * image.bands() as usize;
+    let slice = PixelSlice::new(pixels, image.width(), image.height(), stride, descriptor)
+        .map_err(|e| VipsError(format!("scoring: {e}")))?;
+    f(&slice).map_err(|e| VipsError(format!("scoring: {e}")))
+}
+
+/// The top-left corner of the `w` x `h` window of `image` (8-bit, in memory) with the most
+/// detail (the sum of absolute luma differences between neighbours, sampled every 4 px): the
+/// part of a wide variant whose artefacts show first.
+pub fn busiest_window(image: &Image, w: u32, h: u32) -> Result<(u32, u32), VipsError> {
+    const STEP: usize = 4;
+    let (iw, ih) = (image.width() as usize, image.height() as usize);
+    let (w, h) = ((w as usize).min(iw), (h as usize).min(ih));
+    let bands = image.bands() as usize;
+    let px = image.pixels()?;
+    // Green stands in for luma.
+    let g = |x: usize, y: usize| px[(y * iw + x) * bands + (bands >= 3) as usize] as i32;
+    let (gw, gh) = (iw / STEP, ih / STEP);
+    // Integral image of the detail on the sampling grid.
+    let mut sum = vec![0i64; (gw + 1) * (gh + 1)];
+    for gy in 0..gh {
+        let mut row = 0i64;
+        for gx in 0..gw {
+            let (x, y) = (gx * STEP, gy * STEP);
+            let v = g(x, y);
+            let d = (v - g((x + 1).min(iw - 1), y)).abs() + (v - g(x, (y + 1).min(ih - 1))).abs();
+            row += d as i64;
+            sum[(gy + 1) * (gw + 1) + gx + 1] = sum[gy * (gw + 1) + gx + 1] + row;
+        }
+    }
+    let (ww, wh) = (w / STEP, h / STEP);
+    let mut best = (0i64, (0, 0));
+    for gy in 0..=gh.saturating_sub(wh) {
+        for gx in 0..=gw.saturating_sub(ww) {
+            let at = |x: usize, y: usize| sum[y * (gw + 1) + x];
+            let s = at(gx + ww, gy + wh) - at(gx, gy + wh) - at(gx + ww, gy) + at(gx, gy);
+            if s > best.0 {
+                best = (s, (gx * STEP, gy * STEP));
+            }
+        }
+    }
+    let (x, y) = best.1;
+    Ok(((x.min(iw - w)) as u32, (y.min(ih - h)) as u32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_correction_grows_with_the_width_and_holds_past_the_measured_ratios() {
+        let webp = |r| correction(OutputFormat::Webp, r);
+        assert_eq!(webp(0.8), 0);
+        assert_eq!(webp(1.0), 0);
+        assert_eq!(webp(2.5), 14);
+        // Between 1.6 (7) and 2.5 (14), linear in log2.
+        assert!((8..14).contains(&webp(2.0)));
+        assert_eq!(webp(6.0), 29);
+        assert_eq!(webp(20.0), 29);
+        // Carried within the format's range.
+        assert_eq!(carry(OutputFormat::Webp, 90, 320, 1920), 95);
+        assert_eq!(carry(OutputFormat::Jpeg, 60, 320, 320), 60);
+    }
+}
