@@ -148,6 +148,42 @@ pub struct Output {
     pub quality: Option<QualityUsed>,
 }
 
+/// One format's variants as a `<picture>`'s `<source type srcset>` (or its `<img srcset>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Srcset {
+    #[schemars(extend("enum" = ["avif", "webp", "jpeg"]))]
+    pub format: String,
+    /// The `<source>`'s `type`.
+    pub content_type: String,
+    /// `"{key} {width}w, ..."`, narrowest first.
+    pub srcset: String,
+}
+
+impl Srcset {
+    /// The `srcset`s of `outputs`' image variants, in `<picture>` order.
+    pub fn of(outputs: &[Output]) -> Vec<Srcset> {
+        [OutputFormat::Avif, OutputFormat::Webp, OutputFormat::Jpeg]
+            .into_iter()
+            .filter_map(|f| {
+                let mut variants: Vec<&Output> = outputs
+                    .iter()
+                    .filter(|o| o.role == "variant" && o.format == f.name())
+                    .collect();
+                variants.sort_by_key(|o| o.width);
+                (!variants.is_empty()).then(|| Srcset {
+                    format: f.name().to_owned(),
+                    content_type: f.content_type().to_owned(),
+                    srcset: variants
+                        .iter()
+                        .map(|o| format!("{} {}w", o.key, o.width))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })
+            })
+            .collect()
+    }
+}
+
 /// How an image output was encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct QualityUsed {
@@ -375,6 +411,11 @@ pub struct OptimizeResponse {
     pub media_type: Option<MediaType>,
     pub source: Option<SourceInfo>,
     pub outputs: Vec<Output>,
+    /// The image variants as a front end's `<picture>` takes them, in its order (AVIF, WebP,
+    /// then JPEG for the `<img>`): per format, `"{key} {width}w"` narrowest first. Keys are
+    /// relative to the output bucket's public base URL. Absent when there are no variants.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub srcset: Vec<Srcset>,
     pub analysis: Option<Analysis>,
     pub warnings: Vec<Warning>,
     pub error: Option<ErrorBody>,
@@ -521,4 +562,42 @@ pub fn schemas() -> Vec<(&'static str, String)> {
             pretty(progress, schemars::schema_for!(ProgressEvent)),
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_srcset_per_format_in_picture_order_narrowest_first() {
+        let out = |role: &str, format: OutputFormat, width: u32| Output {
+            role: role.into(),
+            bucket: "b".into(),
+            key: format!("u/images/m/{width}w.{}", format.ext()),
+            format: format.name().into(),
+            content_type: format.content_type().into(),
+            width,
+            height: width,
+            size_bytes: 1,
+            crop: None,
+            duration_ms: None,
+            frames: None,
+            quality: None,
+        };
+        let outputs = [
+            out("variant", OutputFormat::Jpeg, 640),
+            out("variant", OutputFormat::Jpeg, 320),
+            out("variant", OutputFormat::Avif, 320),
+            out("thumbnail", OutputFormat::Webp, 256),
+        ];
+        let sets = Srcset::of(&outputs);
+        assert_eq!(sets.len(), 2);
+        assert_eq!(sets[0].format, "avif");
+        assert_eq!(sets[0].srcset, "u/images/m/320w.avif 320w");
+        assert_eq!(sets[1].content_type, "image/jpeg");
+        assert_eq!(
+            sets[1].srcset,
+            "u/images/m/320w.jpg 320w, u/images/m/640w.jpg 640w"
+        );
+    }
 }

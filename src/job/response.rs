@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use crate::contract::{
     Analysis, ErrorBody, OptimizeRequest, OptimizeResponse, SCHEMA_VERSION, ScanVerdict,
-    SourceInfo, Status, WorkerInfo,
+    SourceInfo, Srcset, Status, WorkerInfo,
 };
 use crate::stages::manifest::Produced;
 use crate::stages::validate::Invalid;
@@ -53,6 +53,7 @@ fn base(worker: &WorkerInfo, started: Instant) -> OptimizeResponse {
         media_type: None,
         source: None,
         outputs: Vec::new(),
+        srcset: Vec::new(),
         analysis: None,
         warnings: Vec::new(),
         error: None,
@@ -90,6 +91,7 @@ pub fn for_request(
             };
             r.media_type = Some(produced.media_type);
             r.source = Some(produced.source);
+            r.srcset = Srcset::of(&produced.outputs);
             r.outputs = produced.outputs;
             r.analysis = produced.analysis;
             r.warnings = produced.warnings;

@@ -39,6 +39,7 @@ pub fn minimal(r: &OptimizeResponse) -> OptimizeResponse {
         media_type: r.media_type,
         source: None,
         outputs: Vec::new(),
+        srcset: Vec::new(),
         analysis: None,
         warnings: Vec::new(),
         error: Some(ErrorBody {
