@@ -13,6 +13,8 @@ APT_PACKAGES=(pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev
 if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(libimage-exiftool-perl python3-pil python3-jsonschema prometheus clamav-daemon libvips-tools); fi
 # The playback test plays the streams in Debian's Chromium (driven by playwright-core, below).
 if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(chromium); fi
+# AVIF outputs read back by libavif's avifdec (dav1d), not by the libheif the worker writes with.
+if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(libavif-bin); fi
 # The tests' Kafka broker runs on Java, fetched with Maven (scripts/kafka.sh).
 if [ "${1:-}" = "--test" ]; then
   command -v java >/dev/null || APT_PACKAGES+=(openjdk-17-jre-headless)
@@ -73,6 +75,8 @@ if [ "${1:-}" = "--test" ]; then
   done
   # The streaming tests read HLS playlists with an independent parser (Python's m3u8).
   python3 -c 'import m3u8' 2>/dev/null || { echo "setup: pip install m3u8"; python3 -m pip install --quiet "m3u8==6.0.0"; }
+  # Auto quality is checked with an independent SSIMULACRA2 (Pacidus' numpy port of libjxl's).
+  python3 -c 'import ssimulacra2' 2>/dev/null || { echo "setup: pip install ssimulacra2"; python3 -m pip install --quiet "ssimulacra2==0.3.0"; }
   # The players of tests/playback.rs, from npm, into a cache (never a runtime dependency).
   # playwright-core drives /usr/bin/chromium: its own browser download is not used.
   players=${PLAYER_MODULES:-$HOME/.cache/media-worker/player}
