@@ -75,8 +75,6 @@ if [ "${1:-}" = "--test" ]; then
   done
   # The streaming tests read HLS playlists with an independent parser (Python's m3u8).
   python3 -c 'import m3u8' 2>/dev/null || { echo "setup: pip install m3u8"; python3 -m pip install --quiet "m3u8==6.0.0"; }
-  # Auto quality is checked with an independent SSIMULACRA2 (Pacidus' numpy port of libjxl's).
-  python3 -c 'import ssimulacra2' 2>/dev/null || { echo "setup: pip install ssimulacra2"; python3 -m pip install --quiet "ssimulacra2==0.3.0"; }
   # The players of tests/playback.rs, from npm, into a cache (never a runtime dependency).
   # playwright-core drives /usr/bin/chromium: its own browser download is not used.
   players=${PLAYER_MODULES:-$HOME/.cache/media-worker/player}
