@@ -1,15 +1,18 @@
 //! Bytes at equal quality, against sharp (`make bench-quality`):
 //!
-//!   cargo bench --bench quality -- --sharp DIR --dssim PATH [--profile variants] [--rounds 3]
+//!   cargo bench --bench quality -- --sharp DIR --dssim PATH [--fixed variants] [--auto picture]
+//!                                  [--rounds 3]
+//!   cargo bench --bench quality -- --calibrate [--profile picture] [--target 70]
 //!
-//! For each corpus photo, the profile's variants as the worker makes them (`media::process`,
-//! one format at a time, so that CPU is per format) and as sharp makes them
+//! For each corpus photo, the variants of a fixed-quality profile and of an auto-quality one as
+//! the worker makes them (`media::process`, one format at a time, so that CPU is per format,
+//! the auto search included) and as sharp makes them at the fixed profile's qualities
 //! (benches/quality/sharp.mjs, npm `sharp` installed in DIR by the Makefile, at the widths the
-//! worker made). Every output is scored with dssim (lower is better; 0 = identical) against a
-//! Pillow downscale of the upright sRGB source (benches/quality/score.py). Prints, per format
-//! and tool: total bytes, mean and worst score, CPU per image (the least of `--rounds` runs);
-//! then the goals: the worker's mean
-//! score at most sharp's, its bytes at most sharp's, its CPU per image at most sharp's.
+//! worker made). Every output is scored against a Pillow downscale of the upright sRGB source
+//! (benches/quality/score.py) with dssim, given as SSIM = 1 / (1 + dssim), and with SSIMULACRA2
+//! (fast-ssim2). Prints, per format and tool: total bytes, mean and worst scores, CPU per photo
+//! (the least of `--rounds` runs); then the goals: auto bytes at most 0.85x sharp's at an equal
+//! or better mean SSIM and a worst SSIM no worse than sharp's worst, AVIF at most 0.75x WebP's.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -32,7 +35,9 @@ struct Made {
     width: u32,
     path: PathBuf,
     bytes: u64,
-    score: f64,
+    /// dssim (0 = identical) and SSIMULACRA2 (100 = identical) against the reference.
+    dssim: f64,
+    ssimulacra2: f64,
 }
 
 /// What one tool made of the corpus: its variants and CPU milliseconds per photo and format.
@@ -141,7 +146,7 @@ fn main() {
     }
     let sharp_dir = PathBuf::from(arg("--sharp", ""));
     let dssim = PathBuf::from(arg("--dssim", "dssim"));
-    let profile = arg("--profile", "variants");
+    let (fixed, auto) = (arg("--fixed", "variants"), arg("--auto", "picture"));
     let rounds: usize = arg("--rounds", "3").parse().expect("--rounds N");
     assert!(
         sharp_dir.join("node_modules/sharp").is_dir(),
@@ -150,74 +155,49 @@ fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let corpus = root.join("../shared/corpus");
     let settings = Settings::load_from(None, Vec::new()).expect("settings");
-    let job = settings.media_job(&profile, None);
     media::init(1);
     let work = tempfile::tempdir().unwrap();
+    let photos = corpus_photos(&corpus);
 
-    // The worker, one format at a time; sharp is asked for the widths the worker made.
-    let mut worker = Tool::default();
-    let mut sharp_jobs = Vec::new();
-    for photo in corpus_photos(&corpus) {
-        let source = corpus.join(&photo);
-        let mut widths = Vec::new();
-        for spec in &job.profile.formats {
-            let mut one = job.clone();
-            one.profile.formats = vec![*spec];
-            one.profile.thumbnail = None;
-            let out = work
-                .path()
-                .join("worker")
-                .join(&photo)
-                .join(spec.format.name());
-            // The least CPU of `rounds` runs: the work, without what else the machine did.
-            let mut cpu = f64::INFINITY;
-            let mut result = None;
-            for _ in 0..rounds {
-                let _ = std::fs::remove_dir_all(&out);
-                std::fs::create_dir_all(&out).unwrap();
-                let start = cpu_ms();
-                result = Some(media::process(
-                    &one,
-                    &source,
-                    &out,
-                    &mut Control::new(&mut |_| {}),
-                ));
-                cpu = cpu.min(cpu_ms() - start);
-            }
-            let result = result.expect("a round");
-            let Ok(o) = result else {
-                println!("skipped {photo}: the worker fails it ({:?})", result.err());
-                break;
-            };
-            for f in o.files.iter().filter(|f| f.role == "variant") {
-                widths.push(f.width);
-                worker.made.push(Made {
-                    photo: photo.clone(),
-                    format: spec.format.name().to_owned(),
-                    width: f.width,
-                    path: f.path.clone(),
-                    bytes: f.size_bytes,
-                    score: f64::NAN,
-                });
-            }
-            worker
-                .cpu_ms
-                .entry(spec.format.name().to_owned())
-                .or_default()
-                .push((photo.clone(), cpu));
-        }
-        widths.sort_unstable();
-        widths.dedup();
-        let formats: Vec<Value> = job
-            .profile
-            .formats
-            .iter()
-            .map(|f| json!({"format": f.format.name(), "quality": f.quality}))
-            .collect();
-        sharp_jobs.push(json!({
-            "source": source, "name": photo, "widths": widths, "formats": formats,
-        }));
-    }
+    let fixed_job = settings.media_job(&fixed, None);
+    let auto_job = settings.media_job(&auto, None);
+    let fixed_tool = worker(
+        &fixed_job,
+        &corpus,
+        &photos,
+        &work.path().join("fixed"),
+        rounds,
+    );
+    let auto_tool = worker(
+        &auto_job,
+        &corpus,
+        &photos,
+        &work.path().join("auto"),
+        rounds,
+    );
+    // sharp is asked for the widths the worker made, at the fixed profile's qualities.
+    let sharp_jobs: Vec<Value> = photos
+        .iter()
+        .filter_map(|photo| {
+            let mut widths: Vec<u32> = fixed_tool
+                .made
+                .iter()
+                .filter(|m| &m.photo == photo)
+                .map(|m| m.width)
+                .collect();
+            widths.sort_unstable();
+            widths.dedup();
+            let formats: Vec<Value> = fixed_job
+                .profile
+                .formats
+                .iter()
+                .map(|f| json!({"format": f.format.name(), "quality": f.quality}))
+                .collect();
+            (!widths.is_empty()).then(|| {
+                json!({"source": corpus.join(photo), "name": photo, "widths": widths, "formats": formats})
+            })
+        })
+        .collect();
     // sharp's outputs are the same every round; its CPU per photo and format is the least.
     let mut sharp = run_sharp(
         root,
@@ -240,22 +220,31 @@ fn main() {
             }
         }
     }
-    // Only photos both tools made count.
-    let both: Vec<String> = sharp
-        .made
+    let fixed_name = format!("worker {fixed}");
+    let auto_name = format!("worker {auto}");
+    let mut tools = [
+        (fixed_name.as_str(), fixed_tool),
+        (auto_name.as_str(), auto_tool),
+        ("sharp", sharp),
+    ];
+    // Only photos every tool made count.
+    let every: Vec<String> = photos
         .iter()
-        .map(|m| m.photo.clone())
-        .filter(|p| worker.made.iter().any(|m| &m.photo == p))
+        .filter(|p| {
+            tools
+                .iter()
+                .all(|(_, t)| t.made.iter().any(|m| &m.photo == *p))
+        })
+        .cloned()
         .collect();
-    let mut tools = [("worker", worker), ("sharp", sharp)];
     for (_, tool) in &mut tools {
-        tool.made.retain(|m| both.contains(&m.photo));
+        tool.made.retain(|m| every.contains(&m.photo));
         score(root, &dssim, work.path(), &mut tool.made);
     }
     // Sources Pillow cannot read (HEIF, AVIF, CIELab TIFF) have no reference.
     let unscored: std::collections::BTreeSet<String> = tools
         .iter()
-        .flat_map(|(_, t)| t.made.iter().filter(|m| m.score.is_nan()))
+        .flat_map(|(_, t)| t.made.iter().filter(|m| m.dssim.is_nan()))
         .map(|m| m.photo.clone())
         .collect();
     for photo in &unscored {
@@ -269,7 +258,62 @@ fn main() {
             per_photo.retain(|(p, _)| photos.contains(p));
         }
     }
-    report(&tools, &job.profile.formats);
+    report(&tools);
+}
+
+/// The variants `job` makes of each photo, one format at a time (the least CPU of `rounds`).
+fn worker(
+    job: &media::MediaJob,
+    corpus: &Path,
+    photos: &[String],
+    dir: &Path,
+    rounds: usize,
+) -> Tool {
+    let mut tool = Tool::default();
+    for photo in photos {
+        let source = corpus.join(photo);
+        for spec in &job.profile.formats {
+            let mut one = job.clone();
+            one.profile.formats = vec![*spec];
+            one.profile.thumbnail = None;
+            let out = dir.join(photo).join(spec.format.name());
+            // The least CPU of `rounds` runs: the work, without what else the machine did.
+            let mut cpu = f64::INFINITY;
+            let mut result = None;
+            for _ in 0..rounds {
+                let _ = std::fs::remove_dir_all(&out);
+                std::fs::create_dir_all(&out).unwrap();
+                let start = cpu_ms();
+                result = Some(media::process(
+                    &one,
+                    &source,
+                    &out,
+                    &mut Control::new(&mut |_| {}),
+                ));
+                cpu = cpu.min(cpu_ms() - start);
+            }
+            let Ok(o) = result.expect("a round") else {
+                println!("skipped {photo}: the worker fails it");
+                break;
+            };
+            for f in o.files.iter().filter(|f| f.role == "variant") {
+                tool.made.push(Made {
+                    photo: photo.clone(),
+                    format: spec.format.name().to_owned(),
+                    width: f.width,
+                    path: f.path.clone(),
+                    bytes: f.size_bytes,
+                    dssim: f64::NAN,
+                    ssimulacra2: f64::NAN,
+                });
+            }
+            tool.cpu_ms
+                .entry(spec.format.name().to_owned())
+                .or_default()
+                .push((photo.clone(), cpu));
+        }
+    }
+    tool
 }
 
 /// sharp's outputs of `jobs`, through benches/quality/sharp.mjs (naming, when `report`, the
@@ -300,7 +344,8 @@ fn run_sharp(root: &Path, sharp_dir: &Path, out: &Path, jobs: &[Value], report: 
                 width: o["width"].as_u64().unwrap() as u32,
                 path: PathBuf::from(o["path"].as_str().unwrap()),
                 bytes: o["bytes"].as_u64().unwrap(),
-                score: f64::NAN,
+                dssim: f64::NAN,
+                ssimulacra2: f64::NAN,
             });
         }
         for (format, ms) in v["cpu_ms"].as_object().unwrap() {
@@ -349,62 +394,93 @@ fn score(root: &Path, dssim: &Path, work: &Path, made: &mut [Made]) {
         let out = Command::new(dssim).arg(r).arg(o).output().expect("dssim");
         assert!(out.status.success(), "{out:?}");
         let text = String::from_utf8_lossy(&out.stdout);
-        m.score = text
+        m.dssim = text
             .split_whitespace()
             .next()
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("dssim said {text}"));
+        let reference = media::vips::Image::open(r)
+            .and_then(|i| i.to_srgb8())
+            .and_then(|i| i.into_memory())
+            .expect("reference PNG");
+        let scorer = media::quality::Scorer::new(&reference).expect("scorer");
+        m.ssimulacra2 = scorer.score(&std::fs::read(o).unwrap()).expect("score");
         let _ = (std::fs::remove_file(r), std::fs::remove_file(o));
     }
 }
 
-fn report(tools: &[(&str, Tool)], formats: &[media::settings::FormatSpec]) {
+fn report(tools: &[(&str, Tool)]) {
+    let ssim = |d: f64| 1.0 / (1.0 + d);
     println!(
-        "\n| format | tool | photos | outputs | total bytes | mean dssim | worst dssim (output) | \
-         CPU ms / photo |"
+        "\n| format | tool | photos | outputs | total bytes | mean SSIM | worst SSIM (output) | \
+         mean SSIMULACRA2 | worst SSIMULACRA2 | CPU ms / photo |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    // Per (format, tool): bytes, mean SSIM, worst SSIM, CPU.
     let mut sums = BTreeMap::new();
-    for spec in formats {
-        let format = spec.format.name();
+    for format in ["avif", "webp", "jpeg"] {
         for (name, tool) in tools {
             let made: Vec<&Made> = tool.made.iter().filter(|m| m.format == format).collect();
+            if made.is_empty() {
+                continue;
+            }
             let photos: std::collections::BTreeSet<&str> =
                 made.iter().map(|m| m.photo.as_str()).collect();
             let bytes: u64 = made.iter().map(|m| m.bytes).sum();
-            let mean = made.iter().map(|m| m.score).sum::<f64>() / made.len() as f64;
+            let n = made.len() as f64;
+            let mean = made.iter().map(|m| ssim(m.dssim)).sum::<f64>() / n;
             let worst = made
                 .iter()
-                .max_by(|a, b| a.score.total_cmp(&b.score))
+                .max_by(|a, b| a.dssim.total_cmp(&b.dssim))
                 .expect("outputs");
+            let mean2 = made.iter().map(|m| m.ssimulacra2).sum::<f64>() / n;
+            let worst2 = made
+                .iter()
+                .map(|m| m.ssimulacra2)
+                .fold(f64::INFINITY, f64::min);
             let cpu = &tool.cpu_ms[format];
             let cpu = cpu.iter().map(|(_, ms)| ms).sum::<f64>() / cpu.len() as f64;
             println!(
-                "| {format} | {name} | {} | {} | {bytes} | {mean:.6} | {:.6} ({} {}w) | {cpu:.1} |",
+                "| {format} | {name} | {} | {} | {bytes} | {mean:.4} | {:.4} ({} {}w) | \
+                 {mean2:.1} | {worst2:.1} | {cpu:.1} |",
                 photos.len(),
                 made.len(),
-                worst.score,
+                ssim(worst.dssim),
                 worst.photo,
                 worst.width,
             );
-            sums.insert((format, *name), (bytes as f64, mean, cpu));
+            sums.insert(
+                (format, *name),
+                (bytes as f64, mean, ssim(worst.dssim), cpu),
+            );
         }
     }
     println!();
-    for spec in formats {
-        let format = spec.format.name();
-        let (wb, ws, wc) = sums[&(format, "worker")];
-        let (sb, ss, sc) = sums[&(format, "sharp")];
-        let mark = |ok: bool| if ok { "met" } else { "NOT met" };
+    let mark = |ok: bool| if ok { "met" } else { "NOT met" };
+    let (auto, sharp) = (tools[1].0, "sharp");
+    for format in ["webp", "jpeg"] {
+        let (Some(a), Some(s)) = (sums.get(&(format, auto)), sums.get(&(format, sharp))) else {
+            continue;
+        };
         println!(
-            "{format}: bytes {:.3}x sharp's ({}), mean dssim {:.3}x sharp's ({}), CPU {:.2}x \
-             sharp's ({})",
-            wb / sb,
-            mark(wb <= sb),
-            ws / ss,
-            mark(ws <= ss),
-            wc / sc,
-            mark(wc <= sc),
+            "{format}: auto bytes {:.3}x sharp's ({}), mean SSIM {:.4} vs {:.4} ({}), worst SSIM \
+             {:.4} vs {:.4} ({}), CPU {:.2}x sharp's",
+            a.0 / s.0,
+            mark(a.0 <= 0.85 * s.0),
+            a.1,
+            s.1,
+            mark(a.1 >= s.1),
+            a.2,
+            s.2,
+            mark(a.2 >= s.2),
+            a.3 / s.3,
+        );
+    }
+    if let (Some(a), Some(w)) = (sums.get(&("avif", auto)), sums.get(&("webp", auto))) {
+        println!(
+            "avif: bytes {:.3}x auto WebP's at the same target ({})",
+            a.0 / w.0,
+            mark(a.0 <= 0.75 * w.0)
         );
     }
 }

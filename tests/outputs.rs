@@ -208,6 +208,92 @@ fn public_outputs_carry_none_of_the_uploaders_metadata() {
     );
 }
 
+/// The rights fields `keep_metadata = ["copyright"]` keeps, as exiftool names them.
+const RIGHTS: [&str; 6] = [
+    "IFD0:Copyright",
+    "IFD0:Artist",
+    "XMP-dc:Rights",
+    "XMP-dc:Creator",
+    "IPTC:CopyrightNotice",
+    "IPTC:By-line",
+];
+
+/// Item 3 of the images issue: with `keep_metadata = ["copyright"]` the outputs that can carry
+/// them keep exactly the rights fields (JPEG all six, WebP EXIF and XMP; AVIF none), and
+/// nothing else of the uploader's: no GPS, dates, camera, keywords or comment.
+#[test]
+fn only_the_rights_fields_are_kept_when_a_profile_asks() {
+    let (_cfg, settings) = settings_with(
+        r#"
+[profiles.rights]
+analysis = false
+widths = [320]
+formats = [{ format = "webp", quality = 80 }, { format = "jpeg", quality = 82 }, { format = "avif", quality = 50 }]
+thumbnail = { width = 128, height = 128 }
+keep_metadata = ["copyright"]
+"#,
+    );
+    let work = tempfile::tempdir().unwrap();
+    for (i, upload) in tagged_uploads(work.path()).iter().enumerate() {
+        let jpeg = upload.extension().is_some_and(|e| e == "jpg");
+        let out = Command::new("exiftool")
+            .args([
+                "-q",
+                "-overwrite_original",
+                "-Copyright=(c) 2026 Ada Lovelace",
+                "-Artist=Ada Lovelace",
+                "-XMP-dc:Rights=(c) 2026 Ada Lovelace",
+            ])
+            .args(if jpeg {
+                &["-IPTC:CopyrightNotice=(c) 2026 Ada", "-IPTC:By-line=Ada"][..]
+            } else {
+                &[][..]
+            })
+            .arg(upload)
+            .output()
+            .expect("exiftool");
+        assert!(out.status.success(), "{out:?}");
+        let o = process(
+            &settings,
+            "rights",
+            upload,
+            &work.path().join(i.to_string()),
+        )
+        .unwrap();
+        let paths: Vec<PathBuf> = o.files.iter().map(|f| f.path.clone()).collect();
+        assert_eq!(paths.len(), 6, "3 formats x (variant, thumbnail)");
+        for (tags, f) in exiftool(&paths).iter().zip(&o.files) {
+            let kept: Vec<&str> = RIGHTS
+                .into_iter()
+                .filter(|k| tags.contains_key(*k))
+                .collect();
+            let want: &[&str] = match (f.format.name(), jpeg) {
+                ("jpeg", true) => &RIGHTS,
+                ("jpeg", false) | ("webp", _) => &RIGHTS[..4],
+                _ => &[],
+            };
+            assert_eq!(kept, want, "{} of {}: {tags:?}", f.name, upload.display());
+            assert_eq!(
+                tags.get("IFD0:Copyright")
+                    .map_or("(c) 2026 Ada Lovelace", |v| v.as_str().unwrap()),
+                "(c) 2026 Ada Lovelace"
+            );
+            // The IIM record's version and character set come with it; nothing else.
+            let structure = ["IPTC:ApplicationRecordVersion", "IPTC:CodedCharacterSet"];
+            let others: Vec<String> = leaks(tags)
+                .into_iter()
+                .filter(|k| !RIGHTS.contains(&k.as_str()) && !structure.contains(&k.as_str()))
+                .collect();
+            assert!(
+                others.is_empty(),
+                "{} of {}: {others:?}",
+                f.name,
+                upload.display()
+            );
+        }
+    }
+}
+
 /// Corpus photos Pillow 9.4 reads (not HEIC/AVIF, nor 16-bit CIELab TIFF), each of a different
 /// colour case: untagged sRGB, Adobe RGB, CMYK (SWOP), grey with Gray Gamma 2.2, XYB, 16-bit,
 /// alpha, palette, WebP, EXIF orientations.

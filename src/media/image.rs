@@ -9,7 +9,8 @@ use super::control::{Control, Event};
 use super::error::{MediaError, MediaFailure, at, unwind};
 use super::output::MediaOutput;
 use super::probe::{self, Probe};
-use super::settings::{AnalysisSettings, MediaJob, Profile};
+use super::rights::Rights;
+use super::settings::{AnalysisSettings, KeptMetadata, MediaJob, Profile};
 use super::sniff;
 use super::transform;
 use super::vips;
@@ -72,15 +73,14 @@ pub(crate) fn run(
     let transformed = tracing::info_span!("image.compress")
         .in_scope(|| {
             let animation = animation.as_ref();
-            transform::run(
-                &decoded,
-                shared,
-                animation,
-                &probe,
-                &job.profile,
+            let keep = job.profile.keep_metadata.contains(&KeptMetadata::Copyright);
+            let rights = keep.then(|| Rights::of_file(input));
+            let source = transform::Source {
+                probe: &probe,
                 focal,
-                out_dir,
-            )
+                rights: rights.as_ref(),
+            };
+            transform::run(&decoded, shared, animation, &source, &job.profile, out_dir)
         })
         .map_err(at(Stage::Transform))?;
     warnings.extend(transformed.warnings);
@@ -108,7 +108,12 @@ pub(crate) fn outputs(
         x: (fx * probe.width as f64) as u32,
         y: (fy * probe.height as f64) as u32,
     });
-    let transformed = transform::run(&decoded, shared, None, &probe, &job.profile, focal, out_dir)
+    let source = transform::Source {
+        probe: &probe,
+        focal,
+        rights: None,
+    };
+    let transformed = transform::run(&decoded, shared, None, &source, &job.profile, out_dir)
         .map_err(at(Stage::Transform))?;
     Ok(MediaOutput {
         media_type: MediaType::Image,

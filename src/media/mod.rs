@@ -14,6 +14,7 @@ pub mod image;
 pub mod output;
 pub mod probe;
 pub mod quality;
+pub mod rights;
 pub mod settings;
 pub mod sniff;
 pub mod track;

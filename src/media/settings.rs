@@ -138,6 +138,11 @@ pub struct Profile {
     /// `Cache-Control` of the uploaded outputs (used by the upload stage).
     #[serde(default = "default_cache_control")]
     pub cache_control: String,
+    /// Metadata of the source the image outputs keep; none by default (only pixels leave).
+    /// `copyright`: EXIF Copyright and Artist, XMP dc:rights and dc:creator, IPTC copyright
+    /// notice and by-line (see `media::rights`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keep_metadata: Vec<KeptMetadata>,
     /// Scan the downloaded source with clamd before anything decodes it (the job runner's
     /// scan stage; a hit fails the job `malware_detected`).
     #[serde(default)]
@@ -181,6 +186,13 @@ fn yes() -> bool {
 
 fn default_segment_secs() -> u32 {
     4
+}
+
+/// Source metadata a profile may keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeptMetadata {
+    Copyright,
 }
 
 /// A streaming entry point over the one set of CMAF segments.

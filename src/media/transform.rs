@@ -11,6 +11,7 @@ use super::output::{FileFormat, ProducedFile, Role, names};
 use super::probe::Colour;
 use super::probe::Probe;
 use super::quality;
+use super::rights::Rights;
 use super::settings::{FormatSpec, Profile, Quality, ThumbnailSpec};
 use super::sniff::ImageFormat;
 use super::vips::{Image, VipsError};
@@ -250,6 +251,15 @@ pub struct Transformed {
     pub warnings: Vec<Warning>,
 }
 
+/// What the transform stage knows of the source besides its decoded pixels.
+pub struct Source<'a> {
+    pub probe: &'a Probe,
+    /// Where the thumbnail is centred (upright source pixels); the middle without one.
+    pub focal: Option<Point>,
+    /// The fields the profile keeps (`keep_metadata`), read from the source.
+    pub rights: Option<&'a Rights>,
+}
+
 /// Writes every variant (and the thumbnail) of the decoded image in every profile format that
 /// can hold it; `made` is one made earlier ([`variant_for`]). With an `animation`, the WebP
 /// variants are animated and the rest show its first frame, `decoded`.
@@ -257,11 +267,15 @@ pub fn run(
     decoded: &Image,
     made: Option<Variant>,
     animation: Option<&Animation>,
-    probe: &Probe,
+    source: &Source,
     profile: &Profile,
-    focal: Option<Point>,
     out_dir: &Path,
 ) -> Result<Transformed, MediaError> {
+    let Source {
+        probe,
+        focal,
+        rights,
+    } = *source;
     let size = (decoded.width(), decoded.height());
     let widths = plan_widths(&profile.widths, probe.width);
     let (plan, warnings) = plan_variants(&widths, size, &profile.formats);
@@ -287,6 +301,7 @@ pub fn run(
                 role: Role::Variant,
                 crop: None,
                 dir: out_dir,
+                rights,
             };
             encode_all(pixels, &still, &mut qualities, &out, &mut made_here)?;
         }
@@ -304,6 +319,7 @@ pub fn run(
             role: Role::Thumbnail,
             crop: Some(crop),
             dir: out_dir,
+            rights,
         };
         encode_all(&thumb, &profile.formats, &mut qualities, &out, &mut files)?;
     }
@@ -578,6 +594,8 @@ struct Outputs<'a> {
     role: Role,
     crop: Option<Rect>,
     dir: &'a Path,
+    /// The source's fields a profile keeps (`keep_metadata`).
+    rights: Option<&'a Rights>,
 }
 
 fn encode_all(
@@ -605,6 +623,10 @@ fn encode_all(
                     .map_err(transform_err)?;
                 (bytes, used)
             }
+        };
+        let bytes = match out.rights {
+            Some(r) => r.write(spec.format, bytes).map_err(MediaError::Transform)?,
+            None => bytes,
         };
         std::fs::write(&path, &bytes)?;
         files.push(ProducedFile {

@@ -62,6 +62,12 @@ unsafe extern "C" {
     fn vips_image_hasalpha(im: *mut RawImage) -> c_int;
     fn vips_image_get_typeof(im: *const RawImage, name: *const c_char) -> usize;
     fn vips_image_get_int(im: *const RawImage, name: *const c_char, out: *mut c_int) -> c_int;
+    fn vips_image_get_blob(
+        im: *const RawImage,
+        name: *const c_char,
+        data: *mut *const c_void,
+        len: *mut usize,
+    ) -> c_int;
     fn vips_image_copy_memory(im: *mut RawImage) -> *mut RawImage;
     fn vips_image_get_fields(im: *mut RawImage) -> *mut *mut c_char;
     fn vips_image_remove(im: *mut RawImage, name: *const c_char) -> c_int;
@@ -546,6 +552,22 @@ impl Image {
             unsafe { vips_image_remove(copy.0, name.as_ptr()) };
         }
         Ok(copy)
+    }
+
+    /// A metadata blob of the image (`exif-data`, `xmp-data`, `iptc-data`), copied.
+    pub fn blob(&self, name: &CStr) -> Option<Vec<u8>> {
+        let (mut data, mut len) = (ptr::null::<c_void>(), 0usize);
+        // SAFETY: valid image and NUL-terminated name; libvips checks the field's type first.
+        unsafe {
+            if vips_image_get_typeof(self.0, name.as_ptr()) == 0
+                || vips_image_get_blob(self.0, name.as_ptr(), &mut data, &mut len) != 0
+                || data.is_null()
+            {
+                return None;
+            }
+            // SAFETY: the image owns `len` bytes at `data` while it lives; copied now.
+            Some(std::slice::from_raw_parts(data.cast::<u8>(), len).to_vec())
+        }
     }
 
     /// Whether the file embeds an ICC profile.

@@ -1,5 +1,6 @@
 //! WebP containers through libwebpmux (the WebP project's own container library, which libvips
-//! uses to write them): metadata removal ([`strip`]) and animation assembly ([`animate`]).
+//! uses to write them): metadata removal ([`strip`]), the rights fields a profile keeps
+//! ([`set_metadata`]) and animation assembly ([`animate`]).
 //!
 //! libvips 8.14's webpsave ignores `strip`: its own `strip` field shadows the saver's and is
 //! never set, so it always writes EXIF (rebuilt from the image's fields even when the image has
@@ -28,6 +29,12 @@ unsafe extern "C" {
     ) -> *mut RawMux;
     fn WebPNewInternal(version: c_int) -> *mut RawMux;
     fn WebPMuxDeleteChunk(mux: *mut RawMux, fourcc: *const c_char) -> c_int;
+    fn WebPMuxSetChunk(
+        mux: *mut RawMux,
+        fourcc: *const c_char,
+        chunk: *const WebPData,
+        copy_data: c_int,
+    ) -> c_int;
     fn WebPMuxPushFrame(mux: *mut RawMux, frame: *const FrameInfo, copy_data: c_int) -> c_int;
     fn WebPMuxSetAnimationParams(mux: *mut RawMux, params: *const AnimParams) -> c_int;
     fn WebPMuxSetCanvasSize(mux: *mut RawMux, width: c_int, height: c_int) -> c_int;
@@ -173,6 +180,38 @@ pub fn strip(webp: &[u8]) -> Result<Vec<u8>, String> {
             let rc = WebPMuxDeleteChunk(mux, fourcc.as_ptr());
             if rc != MUX_OK && rc != MUX_NOT_FOUND {
                 result = Err(format!("webpmux: cannot remove {fourcc:?} ({rc})"));
+            }
+        }
+        assemble(mux, result)
+    }
+}
+
+/// `webp` (without metadata) with an EXIF chunk (a TIFF structure) and an XMP chunk.
+pub fn set_metadata(
+    webp: &[u8],
+    exif: Option<&[u8]>,
+    xmp: Option<&[u8]>,
+) -> Result<Vec<u8>, String> {
+    let input = WebPData {
+        bytes: webp.as_ptr(),
+        size: webp.len(),
+    };
+    // SAFETY: `input` and the chunks borrow their slices for the mux's lifetime (copy_data = 0
+    // and the mux is deleted before returning).
+    unsafe {
+        let mux = WebPMuxCreateInternal(&input, 0, MUX_ABI_VERSION);
+        if mux.is_null() {
+            return Err("webpmux: cannot parse the encoded WebP".into());
+        }
+        let mut result = Ok(());
+        for (fourcc, data) in [(c"EXIF", exif), (c"XMP ", xmp)] {
+            let Some(data) = data else { continue };
+            let chunk = WebPData {
+                bytes: data.as_ptr(),
+                size: data.len(),
+            };
+            if WebPMuxSetChunk(mux, fourcc.as_ptr(), &chunk, 0) != MUX_OK {
+                result = Err(format!("webpmux: cannot set {fourcc:?}"));
             }
         }
         assemble(mux, result)

@@ -109,6 +109,8 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
         animation_mp4: true,
         cache_control: "no-cache".into(),
         scan: false,
+        // The rights fields are parsed out of every mutant's EXIF, XMP and IPTC.
+        keep_metadata: vec![media_worker::media::settings::KeptMetadata::Copyright],
     };
     settings.profiles.insert("fuzz".into(), fuzz);
     settings.limits.max_video_seconds = 30;
