@@ -70,6 +70,8 @@ bench: setup-test
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3 --isolation process
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3 --isolation process --pss on
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 3 --isolation inline
+	cargo bench --bench pipeline -- --profile auto --pool 2 --rounds 3 --isolation process
+	cargo bench --bench pipeline -- --profile picture --pool 2 --rounds 2 --isolation process
 	cargo bench --bench video -- --rounds 3
 	cargo bench --bench streaming -- --rounds 3
 	cargo bench --bench dispatch -- --messages 20000 --ids 50
@@ -77,7 +79,8 @@ bench: setup-test
 	cargo bench --bench api_split -- --rounds 5 --requests 40 --clients 3
 
 ## Bytes at equal quality against sharp (npm, installed here into a cache, never a runtime
-## dependency), scored with dssim (cargo-installed into the same cache).
+## dependency), fixed and auto quality, scored with dssim (cargo-installed into the same cache)
+## and SSIMULACRA2.
 TOOLS ?= $(HOME)/.cache/media-worker
 SHARP_VERSION ?= 0.35.5
 DSSIM_VERSION ?= 3.5.1

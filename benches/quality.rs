@@ -377,7 +377,20 @@ fn score(root: &Path, dssim: &Path, work: &Path, made: &mut [Made]) {
         .zip(&pairs)
         .map(|(m, (r, o))| {
             let source = corpus.join(&m.photo);
-            json!({"source": source, "output": m.path, "ref": r, "out": o}).to_string()
+            // Pillow 9.4 reads no AVIF: libavif's avifdec decodes it first.
+            let output = if m.format == "avif" {
+                let png = o.with_extension("avifdec.png");
+                let run = Command::new("avifdec").arg(&m.path).arg(&png).output();
+                assert!(
+                    run.is_ok_and(|r| r.status.success()),
+                    "avifdec {}",
+                    m.path.display()
+                );
+                png
+            } else {
+                m.path.clone()
+            };
+            json!({"source": source, "output": output, "ref": r, "out": o}).to_string()
         })
         .collect();
     let scored = lines::pipe(

@@ -164,26 +164,17 @@ unsafe fn assemble(mux: *mut RawMux, result: Result<(), String>) -> Result<Vec<u
 
 /// `webp` without EXIF, XMP or ICC chunks (an untagged WebP is sRGB).
 pub fn strip(webp: &[u8]) -> Result<Vec<u8>, String> {
-    let input = WebPData {
-        bytes: webp.as_ptr(),
-        size: webp.len(),
-    };
-    // SAFETY: `input` borrows `webp` for the mux's lifetime (copy_data = 0 and the mux is
-    // deleted before returning).
-    unsafe {
-        let mux = WebPMuxCreateInternal(&input, 0, MUX_ABI_VERSION);
-        if mux.is_null() {
-            return Err("webpmux: cannot parse the encoded WebP".into());
-        }
+    remux(webp, |mux| {
         let mut result = Ok(());
         for fourcc in METADATA {
-            let rc = WebPMuxDeleteChunk(mux, fourcc.as_ptr());
+            // SAFETY: a live mux and a NUL-terminated fourcc.
+            let rc = unsafe { WebPMuxDeleteChunk(mux, fourcc.as_ptr()) };
             if rc != MUX_OK && rc != MUX_NOT_FOUND {
                 result = Err(format!("webpmux: cannot remove {fourcc:?} ({rc})"));
             }
         }
-        assemble(mux, result)
-    }
+        result
+    })
 }
 
 /// `webp` (without metadata) with an EXIF chunk (a TIFF structure) and an XMP chunk.
@@ -192,28 +183,40 @@ pub fn set_metadata(
     exif: Option<&[u8]>,
     xmp: Option<&[u8]>,
 ) -> Result<Vec<u8>, String> {
-    let input = WebPData {
-        bytes: webp.as_ptr(),
-        size: webp.len(),
-    };
-    // SAFETY: `input` and the chunks borrow their slices for the mux's lifetime (copy_data = 0
-    // and the mux is deleted before returning).
-    unsafe {
-        let mux = WebPMuxCreateInternal(&input, 0, MUX_ABI_VERSION);
-        if mux.is_null() {
-            return Err("webpmux: cannot parse the encoded WebP".into());
-        }
-        let mut result = Ok(());
+    remux(webp, |mux| {
         for (fourcc, data) in [(c"EXIF", exif), (c"XMP ", xmp)] {
             let Some(data) = data else { continue };
             let chunk = WebPData {
                 bytes: data.as_ptr(),
                 size: data.len(),
             };
-            if WebPMuxSetChunk(mux, fourcc.as_ptr(), &chunk, 0) != MUX_OK {
-                result = Err(format!("webpmux: cannot set {fourcc:?}"));
+            // SAFETY: a live mux; the chunk borrows `data`, which outlives the mux (copy_data
+            // = 0 and the mux is deleted before `remux` returns).
+            if unsafe { WebPMuxSetChunk(mux, fourcc.as_ptr(), &chunk, 0) } != MUX_OK {
+                return Err(format!("webpmux: cannot set {fourcc:?}"));
             }
         }
+        Ok(())
+    })
+}
+
+/// `webp` parsed into a mux, changed by `edit`, and assembled again.
+fn remux(
+    webp: &[u8],
+    edit: impl FnOnce(*mut RawMux) -> Result<(), String>,
+) -> Result<Vec<u8>, String> {
+    let input = WebPData {
+        bytes: webp.as_ptr(),
+        size: webp.len(),
+    };
+    // SAFETY: `input` borrows `webp` for the mux's lifetime (copy_data = 0 and the mux is
+    // deleted by `assemble` before returning).
+    unsafe {
+        let mux = WebPMuxCreateInternal(&input, 0, MUX_ABI_VERSION);
+        if mux.is_null() {
+            return Err("webpmux: cannot parse the encoded WebP".into());
+        }
+        let result = edit(mux);
         assemble(mux, result)
     }
 }
