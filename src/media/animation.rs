@@ -99,11 +99,11 @@ impl Animation {
                 _ => changed(&before, pixels, size.0, bands).unwrap_or(Rect::PIXEL),
             };
             let webp = if rect == Rect::whole(size) {
-                frame.encode_webp(quality, |b| Ok(b.to_vec()))?
+                frame.encode_webp(quality, super::vips::WEBP_EFFORT, |b| Ok(b.to_vec()))?
             } else {
                 frame
                     .extract(rect.x, rect.y, rect.width, rect.height)?
-                    .encode_webp(quality, |b| Ok(b.to_vec()))?
+                    .encode_webp(quality, super::vips::WEBP_EFFORT, |b| Ok(b.to_vec()))?
             };
             before.clear();
             before.extend_from_slice(pixels);

@@ -152,10 +152,10 @@ const INTERPRETATION_CMYK: c_int = 15;
 const INTERPRETATION_SRGB: c_int = 22;
 const FORMAT_UCHAR: c_int = 0;
 const HEIF_COMPRESSION_AV1: c_int = 4;
-/// libwebp's `method`: 5 of 0-6. In `make bench-quality`, 4 (libvips' default) made 0.4 %
-/// more bytes than sharp at a better score; 5 makes 1.8 % fewer for 13 % more encoding CPU;
-/// 6 costs three times the CPU of 4.
-const WEBP_EFFORT: c_int = 5;
+/// libwebp's `method`: 5 of 0-6. In `make bench-quality`, 4 (libvips' default) made 0.4 % more
+/// bytes than sharp at a better score; 5 makes 1.8 % fewer for 13 % more encoding CPU; 6 costs
+/// three times the CPU of 4.
+pub const WEBP_EFFORT: u8 = 5;
 /// Narrower JPEGs are baseline: progressive scans save about 4 % of bytes but cost about 15 %
 /// more CPU per encode, and a small image gains nothing from drawing progressively.
 pub const BASELINE_JPEG_MAX_WIDTH: u32 = 640;
@@ -772,11 +772,12 @@ impl Image {
         adopt(p, "cannot decode buffer")?.into_memory()
     }
 
-    /// Encodes as `format` at `quality` (and, for AVIF, `effort`), without metadata.
+    /// Encodes as `format` at `quality` and `effort` (libvips' scale: WebP 0-6, AVIF 0-9;
+    /// JPEG has none), without metadata.
     pub fn encode(&self, format: OutputFormat, quality: u8, effort: u8) -> Result<Vec<u8>> {
         match format {
             OutputFormat::Jpeg => self.encode_jpeg(quality),
-            OutputFormat::Webp => self.encode_webp(quality, super::webpmux::strip),
+            OutputFormat::Webp => self.encode_webp(quality, effort, super::webpmux::strip),
             OutputFormat::Avif => self.encode_avif(quality, effort),
         }
     }
@@ -814,6 +815,7 @@ impl Image {
     pub fn encode_webp<T>(
         &self,
         quality: u8,
+        effort: u8,
         then: impl FnOnce(&[u8]) -> std::result::Result<T, String>,
     ) -> Result<T> {
         let bytes = buffer("webpsave", |buf, len| unsafe {
@@ -825,7 +827,7 @@ impl Image {
                 c"Q".as_ptr(),
                 quality as c_int,
                 c"effort".as_ptr(),
-                WEBP_EFFORT,
+                effort.min(6) as c_int,
                 c"strip".as_ptr(),
                 TRUE,
                 END,
