@@ -88,28 +88,6 @@ fn calibrate(job: &media::MediaJob, corpus: &Path, target: f64) {
                     .quality
             };
             let qp = search(proxy, *pw);
-            // The widest variant's busiest window of the proxy's size, and its centre.
-            let (ww, wide) = &stills[0];
-            let (cw, ch) = (
-                proxy.width().min(wide.width()),
-                proxy.height().min(wide.height()),
-            );
-            let (bx, by) = quality::busiest_window(wide, cw, ch).expect("window");
-            let crop = |x, y| {
-                wide.extract(x, y, cw, ch)
-                    .and_then(|i| i.into_memory())
-                    .expect("crop")
-            };
-            let qb = search(&crop(bx, by), *ww);
-            let qc = search(
-                &crop((wide.width() - cw) / 2, (wide.height() - ch) / 2),
-                *ww,
-            );
-            let own_wide = search(wide, *ww);
-            println!(
-                "CROP | {} | {photo} | {ww} | own {own_wide} | busiest {qb} | centre {qc} | proxy {qp} |",
-                f.name()
-            );
             for (w, img) in &stills {
                 let own = search(img, *w);
                 let carried = quality::carry(f, qp, *pw, *w);

@@ -206,45 +206,6 @@ fn with_slice<T>(
     f(&slice).map_err(|e| VipsError(format!("scoring: {e}")))
 }
 
-/// The top-left corner of the `w` x `h` window of `image` (8-bit, in memory) with the most
-/// detail (the sum of absolute luma differences between neighbours, sampled every 4 px): the
-/// part of a wide variant whose artefacts show first.
-pub fn busiest_window(image: &Image, w: u32, h: u32) -> Result<(u32, u32), VipsError> {
-    const STEP: usize = 4;
-    let (iw, ih) = (image.width() as usize, image.height() as usize);
-    let (w, h) = ((w as usize).min(iw), (h as usize).min(ih));
-    let bands = image.bands() as usize;
-    let px = image.pixels()?;
-    // Green stands in for luma.
-    let g = |x: usize, y: usize| px[(y * iw + x) * bands + (bands >= 3) as usize] as i32;
-    let (gw, gh) = (iw / STEP, ih / STEP);
-    // Integral image of the detail on the sampling grid.
-    let mut sum = vec![0i64; (gw + 1) * (gh + 1)];
-    for gy in 0..gh {
-        let mut row = 0i64;
-        for gx in 0..gw {
-            let (x, y) = (gx * STEP, gy * STEP);
-            let v = g(x, y);
-            let d = (v - g((x + 1).min(iw - 1), y)).abs() + (v - g(x, (y + 1).min(ih - 1))).abs();
-            row += d as i64;
-            sum[(gy + 1) * (gw + 1) + gx + 1] = sum[gy * (gw + 1) + gx + 1] + row;
-        }
-    }
-    let (ww, wh) = (w / STEP, h / STEP);
-    let mut best = (0i64, (0, 0));
-    for gy in 0..=gh.saturating_sub(wh) {
-        for gx in 0..=gw.saturating_sub(ww) {
-            let at = |x: usize, y: usize| sum[y * (gw + 1) + x];
-            let s = at(gx + ww, gy + wh) - at(gx, gy + wh) - at(gx + ww, gy) + at(gx, gy);
-            if s > best.0 {
-                best = (s, (gx * STEP, gy * STEP));
-            }
-        }
-    }
-    let (x, y) = best.1;
-    Ok(((x.min(iw - w)) as u32, (y.min(ih - h)) as u32))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
