@@ -2,13 +2,14 @@
 //! output scores at least the format's target on SSIMULACRA2 (`fast-ssim2`; 100 = identical,
 //! 90 visually lossless at 1:1, 70 high, 50 medium).
 //!
-//! Scoring costs about 70 ns a pixel (4.5 ms for a 320 px variant, 235 ms for a 1920 px one),
+//! Scoring costs 70-100 ns a pixel (4.5 ms for a 320 px variant, 235 ms for a 1920 px one),
 //! so the search runs on one small image, the proxy: the narrowest variant, whose winning
 //! encoding ships as is. The wider variants take the proxy's quality with a per-width
 //! correction ([`carry`]) measured on the corpus (`cargo bench --bench quality --
 //! --calibrate` finds each width's own lowest quality). A window of the widest variant at its
 //! own scale did not predict that variant better (its busiest window needed up to 18 steps
-//! less than the whole), so the correction is per width, the most the corpus needed.
+//! less than the whole), so the correction is per width bucket: measured steps above the
+//! proxy's quality, or a measured floor ([`CARRY`]).
 
 use fast_ssim2::{PixelDescriptor, PixelSlice, Ssimulacra2Reference};
 
