@@ -80,6 +80,8 @@ impl Scorer {
         // The highest quality known to miss and the lowest known to meet, with their scores.
         let mut miss: Option<(u8, f64)> = None;
         let mut met: Option<(u8, f64, Vec<u8>)> = None;
+        // The top of the range, once tried and missed: what ships when nothing meets.
+        let mut top: Option<Found> = None;
         let mut q = start;
         for _ in 0..MAX_STEPS {
             let bytes = proxy.encode(format, q, effort)?;
@@ -91,6 +93,13 @@ impl Scorer {
                 }
             } else {
                 miss = Some((q, score));
+                if q == hi {
+                    top = Some(Found {
+                        quality: q,
+                        score,
+                        bytes,
+                    });
+                }
             }
             let next = match (&miss, &met) {
                 (Some((a, _)), Some((b, ..))) if b - a <= 1 => break,
@@ -122,12 +131,13 @@ impl Scorer {
             });
         }
         // Not met even at the top of the range (or not within the steps): the top.
-        let quality = hi;
-        let bytes = proxy.encode(format, quality, effort)?;
-        let score = self.score(&bytes)?;
+        if let Some(top) = top {
+            return Ok(top);
+        }
+        let bytes = proxy.encode(format, hi, effort)?;
         Ok(Found {
-            quality,
-            score,
+            quality: hi,
+            score: self.score(&bytes)?,
             bytes,
         })
     }

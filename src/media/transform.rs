@@ -465,31 +465,24 @@ impl Qualities {
     }
 
     /// The quality of `spec`'s output `width` px wide, as reported.
-    fn at(&self, spec: &FormatSpec, width: u32) -> (u8, QualityUsed) {
+    fn at(&self, spec: &FormatSpec, width: u32) -> QualityUsed {
         match spec.quality {
-            Quality::Fixed(q) => (
-                q,
-                QualityUsed {
-                    value: q,
-                    target: None,
-                    score: None,
-                },
-            ),
+            Quality::Fixed(value) => QualityUsed {
+                value,
+                target: None,
+                score: None,
+            },
             Quality::Auto(_) => {
                 let (_, found, target) = self
                     .found
                     .iter()
                     .find(|(f, ..)| *f == spec.format)
                     .expect("every auto format was searched");
-                let q = quality::carry(spec.format, found.quality, self.proxy_width, width);
-                (
-                    q,
-                    QualityUsed {
-                        value: q,
-                        target: Some(*target),
-                        score: None,
-                    },
-                )
+                QualityUsed {
+                    value: quality::carry(spec.format, found.quality, self.proxy_width, width),
+                    target: Some(*target),
+                    score: None,
+                }
             }
         }
     }
@@ -532,14 +525,14 @@ fn opaque_if(img: &Image, needed: bool) -> Result<Option<Image>, MediaError> {
 fn animated_webp(
     animation: &Animation,
     width: u32,
-    (quality, used): (u8, QualityUsed),
+    used: QualityUsed,
     stem: &str,
     dir: &Path,
 ) -> Result<ProducedFile, MediaError> {
     let name = names::image(stem, OutputFormat::Webp);
     let path = dir.join(&name);
     let (width, height) = animation
-        .save_webp(width, quality, &path)
+        .save_webp(width, used.value, &path)
         .map_err(transform_err)?;
     Ok(ProducedFile {
         size_bytes: std::fs::metadata(&path)?.len(),
@@ -617,9 +610,9 @@ fn encode_all(
         let (bytes, quality) = match qualities.take_proxy_output(spec, width, out.role) {
             Some(found) => found,
             None => {
-                let (q, used) = qualities.at(spec, width);
+                let used = qualities.at(spec, width);
                 let bytes = src
-                    .encode(spec.format, q, quality::effort(spec.format, width))
+                    .encode(spec.format, used.value, quality::effort(spec.format, width))
                     .map_err(transform_err)?;
                 (bytes, used)
             }
