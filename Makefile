@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 DIR ?= ../shared/corpus
 
-.PHONY: setup setup-test build release demo test test-fleet lint audit deploy-check bench bench-quality fuzz eval-faces schemas clean
+.PHONY: setup setup-test build release demo test test-fleet lint audit deploy-check bench sharp bench-quality fuzz eval-faces schemas clean
 
 setup:
 	@scripts/setup.sh
@@ -63,7 +63,8 @@ lint: setup-test
 audit: setup-test
 	cargo deny check advisories
 
-bench: setup-test
+bench: setup-test sharp
+	cargo bench --bench throughput -- --sharp $(TOOLS)/sharp --photos 6 --rounds 6
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 10 --analysis compare
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 6 --isolation compare
 	cargo bench --bench pipeline -- --profile variants --pool 2 --rounds 6 --isolation compare
@@ -79,13 +80,16 @@ bench: setup-test
 	cargo bench --bench api_split -- --rounds 5 --requests 40 --clients 3
 
 ## Bytes at equal quality against sharp (npm, installed here into a cache, never a runtime
-## dependency), fixed and auto quality, scored with dssim (cargo-installed into the same cache)
-## and SSIMULACRA2.
+## dependency; `make bench` also races it, and a plain libvips loop, against the whole worker),
+## fixed and auto quality, scored with dssim (cargo-installed into the same cache) and
+## SSIMULACRA2.
 TOOLS ?= $(HOME)/.cache/media-worker
 SHARP_VERSION ?= 0.35.5
 DSSIM_VERSION ?= 3.5.1
-bench-quality: setup-test
+sharp:
 	@test -d $(TOOLS)/sharp/node_modules/sharp || npm install --prefix $(TOOLS)/sharp --no-audit --no-fund sharp@$(SHARP_VERSION)
+
+bench-quality: setup-test sharp
 	@test -x $(TOOLS)/tools/bin/dssim || cargo install --locked --root $(TOOLS)/tools dssim --version $(DSSIM_VERSION)
 	cargo bench --bench quality -- --sharp $(TOOLS)/sharp --dssim $(TOOLS)/tools/bin/dssim
 

@@ -23,36 +23,16 @@ use media_worker::job::JobRunner;
 use media_worker::storage::LocalStorage;
 
 mod util;
-use util::{arg, corpus_photos, proc_status_mib};
+use util::{arg, corpus_photos, proc_cpu_seconds, proc_status_mib};
 
 /// CPU seconds of this process, of its reaped children, and of the live `children` (with
 /// what they reaped: a sandbox's ffmpeg runs).
 fn cpu_seconds(children: &[i32]) -> f64 {
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    let mut total = 0.0;
-    for who in [libc::RUSAGE_SELF, libc::RUSAGE_CHILDREN] {
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: getrusage fills the struct.
-        unsafe { libc::getrusage(who, &mut ru) };
-        total += t(ru.ru_utime) + t(ru.ru_stime);
-    }
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    for pid in children {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        // utime, stime, cutime, cstime: fields 14-17 of stat, 11-14 of those after ')'.
-        let ticks: u64 = rest
-            .split_whitespace()
-            .skip(11)
-            .take(4)
-            .filter_map(|f| f.parse::<u64>().ok())
-            .sum();
-        total += ticks as f64 / hz;
-    }
-    total
+    util::cpu_seconds()
+        + children
+            .iter()
+            .map(|&pid| proc_cpu_seconds(pid))
+            .sum::<f64>()
 }
 
 /// Peak RSS (MiB) of process `pid` since its last reset, and a reset (`clear_refs` 5).

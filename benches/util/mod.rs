@@ -52,3 +52,21 @@ pub fn cpu_seconds() -> f64 {
     };
     secs(libc::RUSAGE_SELF) + secs(libc::RUSAGE_CHILDREN)
 }
+
+/// CPU seconds of process `pid` from /proc: its own user and system time and what its reaped
+/// children used (0 once it is gone).
+pub fn proc_cpu_seconds(pid: i32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    // utime, stime, cutime, cstime: fields 14-17 of stat, 11-14 of those after ')'.
+    let ticks: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}

@@ -1,0 +1,275 @@
+//! The whole worker against sharp and a plain libvips loop on the same photos: images/s and
+//! CPU per image.
+//!
+//!   cargo bench --bench throughput -- --sharp DIR [--photos 6] [--rounds 6]
+//!       [--profiles variants,auto] [--baselines off]
+//!
+//! The photos are the corpus's plain photos (kind `photo`) that all three read (all but the
+//! HEIC; at most `--photos`), each processed `--rounds` times. Every tool makes the `variants` outputs
+//! (its widths, WebP and JPEG at its qualities), two jobs at a time (this machine's 2 cores):
+//!
+//! - the worker: the binary, with its defaults (sandbox on, a pool of one job per core), fed
+//!   through Apache Kafka, reading from and writing to s3s-fs; each `--profiles` entry in turn.
+//!   A first round per profile warms it (models, sandbox servers) and is not counted. Its CPU
+//!   is the worker process and every process under it, not the broker's or the S3 server's.
+//! - sharp (`benches/quality/sharp.mjs`: one pipeline per output, as its users write them) and
+//!   the loop (`benches/throughput/vips_loop.c`: one decode per photo, every width derived from
+//!   it): two processes of one thread each, fed half the list, reading local files.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use media_worker::config::Settings;
+use media_worker::media::{self, transform::plan_widths, vips::Image};
+
+mod util;
+use util::{arg, cpu_seconds, proc_cpu_seconds};
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+/// What one tool did: images, wall seconds, CPU seconds.
+struct Run {
+    tool: String,
+    images: usize,
+    wall: f64,
+    cpu: f64,
+}
+
+impl Run {
+    fn print(&self, sharp: Option<&Run>) {
+        let (per_s, cpu_ms) = (
+            self.images as f64 / self.wall,
+            self.cpu * 1000.0 / self.images as f64,
+        );
+        let vs = sharp.map_or(String::new(), |s| {
+            format!(
+                "  ({:.2}x sharp's images/s, {:.2}x its CPU)",
+                per_s / (s.images as f64 / s.wall),
+                self.cpu / self.images as f64 / (s.cpu / s.images as f64)
+            )
+        });
+        println!(
+            "{:<18} {:>4} images {:>7.2} s  {per_s:>5.2} images/s  {cpu_ms:>6.1} ms CPU/image{vs}",
+            self.tool, self.images, self.wall
+        );
+    }
+}
+
+/// A photo and the widths the worker plans for it.
+struct Photo {
+    name: String,
+    widths: Vec<u32>,
+}
+
+fn main() {
+    let sharp_dir = PathBuf::from(arg("--sharp", ""));
+    assert!(
+        sharp_dir.join("node_modules/sharp").is_dir(),
+        "--sharp DIR with node_modules/sharp (make bench-quality installs it)"
+    );
+    let n_photos: usize = arg("--photos", "6").parse().expect("--photos N");
+    let rounds: usize = arg("--rounds", "6").parse().expect("--rounds N");
+    let profiles = arg("--profiles", "variants,auto");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let corpus = root.join("../shared/corpus");
+    let settings = Settings::load_from(None, Vec::new()).expect("settings");
+    let variants = &settings.profiles["variants"];
+    media::init(1);
+
+    let photos: Vec<Photo> = photos_sharp_reads(&corpus)
+        .into_iter()
+        .take(n_photos)
+        .map(|name| {
+            let img = Image::open_header(&corpus.join(&name)).expect("a corpus photo");
+            let widths = plan_widths(&variants.widths, img.width());
+            Photo { name, widths }
+        })
+        .collect();
+    let names: Vec<&str> = photos.iter().map(|p| p.name.as_str()).collect();
+    println!(
+        "{} photos x {rounds} rounds: {}",
+        photos.len(),
+        names.join(", ")
+    );
+    let quality = |format: &str| {
+        let spec = variants.formats.iter().find(|f| f.format.name() == format);
+        match spec.map(|f| f.quality) {
+            Some(media::settings::Quality::Fixed(q)) => q,
+            _ => panic!("the variants profile has a fixed {format} quality"),
+        }
+    };
+    let (webp_q, jpeg_q) = (quality("webp"), quality("jpeg"));
+
+    let work = tempfile::tempdir().unwrap();
+    let list: Vec<&Photo> = (0..rounds).flat_map(|_| photos.iter()).collect();
+    // `--baselines off`: the worker alone (sharp and the loop are compared with the worker only
+    // when on).
+    let baselines = arg("--baselines", "on") == "on";
+    let loop_bin = build_loop(work.path());
+    let widths: Vec<String> = variants.widths.iter().map(u32::to_string).collect();
+    let vips_loop = baselines.then(|| {
+        two_at_a_time("libvips loop", &list, |half| {
+            let mut cmd = Command::new(&loop_bin);
+            cmd.args([webp_q.to_string(), jpeg_q.to_string(), widths.join(",")]);
+            cmd.args(half.iter().map(|p| corpus.join(&p.name)));
+            (cmd, String::new())
+        })
+    });
+    let sharp_out = work.path().join("sharp");
+    let sharp = baselines.then(|| {
+        two_at_a_time("sharp", &list, |half| {
+            let mut cmd = Command::new("node");
+            cmd.arg(root.join("benches/quality/sharp.mjs"))
+                .arg(&sharp_dir)
+                .arg(&sharp_out);
+            let jobs: Vec<String> = half
+                .iter()
+                .map(|p| {
+                    serde_json::json!({
+                        "source": corpus.join(&p.name), "name": p.name, "widths": p.widths,
+                        "formats": [{"format": "webp", "quality": webp_q},
+                                    {"format": "jpeg", "quality": jpeg_q}],
+                    })
+                    .to_string()
+                })
+                .collect();
+            (cmd, jobs.join("\n"))
+        })
+    });
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let workers: Vec<Run> = rt.block_on(async {
+        let stack = common::Stack::start(2).await;
+        for p in &photos {
+            stack.upload_corpus(&p.name).await;
+        }
+        let worker = common::Worker::start(&stack.worker_env("throughput"));
+        worker.ready().await;
+        let responses = stack.responses();
+        let mut runs = Vec::new();
+        for profile in profiles.split(',') {
+            let batch = |round: usize| -> Vec<_> {
+                (0..photos.len())
+                    .map(|i| {
+                        let mut req =
+                            common::request(&format!("{profile}-{round}-{i}"), &photos[i].name)
+                                .with_profile(profile);
+                        req.force = true;
+                        req
+                    })
+                    .collect()
+            };
+            // Warm-up, not counted.
+            stack.send_all(&batch(0)).await;
+            check(&responses, photos.len());
+            let reqs: Vec<_> = (1..=rounds).flat_map(batch).collect();
+            let (t0, c0) = (Instant::now(), tree_cpu(worker.pid()));
+            stack.send_all(&reqs).await;
+            check(&responses, reqs.len());
+            runs.push(Run {
+                tool: format!("worker {profile}"),
+                images: reqs.len(),
+                wall: t0.elapsed().as_secs_f64(),
+                cpu: tree_cpu(worker.pid()) - c0,
+            });
+        }
+        runs
+    });
+
+    println!();
+    for run in vips_loop.iter().chain(&sharp).chain(&workers) {
+        run.print(sharp.as_ref().filter(|s| s.tool != run.tool));
+    }
+    println!(
+        "goal (issue 34): with auto quality, CPU per image <= 0.7x sharp's and images/s >= 1.3x"
+    );
+}
+
+/// The corpus's plain photos (kind `photo` in its manifest) in a format sharp's prebuilt
+/// libvips reads: all but HEIC.
+fn photos_sharp_reads(corpus: &Path) -> Vec<String> {
+    let manifest = std::fs::read_to_string(corpus.join("MANIFEST.tsv")).expect("corpus manifest");
+    manifest
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split('\t').collect();
+            (cols.get(5) == Some(&"photo") && !cols[0].ends_with(".heic"))
+                .then(|| cols[0].to_owned())
+        })
+        .collect()
+}
+
+/// Compiles the loop against the system's libvips.
+fn build_loop(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/throughput/vips_loop.c");
+    let bin = dir.join("vips_loop");
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cc -O2 -o '{}' '{}' $(pkg-config --cflags --libs vips)",
+            bin.display(),
+            src.display()
+        ))
+        .status()
+        .expect("cc");
+    assert!(status.success(), "building {}", src.display());
+    bin
+}
+
+/// Runs two processes of `tool` on the halves of `list` (`command` gives each its command and
+/// what to write to its stdin) and waits for both; panics if one fails or reports an error.
+fn two_at_a_time(
+    tool: &str,
+    list: &[&Photo],
+    command: impl Fn(&[&Photo]) -> (Command, String),
+) -> Run {
+    let (t0, c0) = (Instant::now(), cpu_seconds());
+    let children: Vec<_> = list
+        .chunks(list.len().div_ceil(2))
+        .map(|half| {
+            let (mut cmd, input) = command(half);
+            let mut child = cmd
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("{tool}: {e}"));
+            let mut stdin = child.stdin.take().unwrap();
+            stdin.write_all(input.as_bytes()).unwrap();
+            drop(stdin);
+            child
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && !text.contains("\"error\""),
+            "{tool}: {text}"
+        );
+    }
+    Run {
+        tool: tool.to_owned(),
+        images: list.len(),
+        wall: t0.elapsed().as_secs_f64(),
+        cpu: cpu_seconds() - c0,
+    }
+}
+
+/// CPU seconds of process `pid` and every process under it (the worker and its sandbox).
+fn tree_cpu(pid: i32) -> f64 {
+    std::iter::once(pid)
+        .chain(common::descendants_of(pid))
+        .map(proc_cpu_seconds)
+        .sum()
+}
+
+/// Awaits `n` responses; panics on a failed one.
+fn check(responses: &common::Responses, n: usize) {
+    for r in responses.take(n, Duration::from_secs(600)) {
+        assert!(r.body.success, "{:?}", r.body.error);
+    }
+}
