@@ -146,7 +146,19 @@ fn main() {
         for p in &photos {
             stack.upload_corpus(&p.name).await;
         }
-        let worker = common::Worker::start(&stack.worker_env("throughput"));
+        let mut env = stack.worker_env("throughput");
+        // The worker's own knobs, when set for the bench (MAX_IN_FLIGHT, WORKER_POOL_SIZE, ...).
+        for knob in [
+            "MAX_IN_FLIGHT",
+            "WORKER_POOL_SIZE",
+            "VIPS_THREADS",
+            "MEDIA_ISOLATION",
+        ] {
+            if let Ok(v) = std::env::var(knob) {
+                env.insert(knob.to_owned(), v);
+            }
+        }
+        let worker = common::Worker::start(&env);
         worker.ready().await;
         let responses = stack.responses();
         let mut runs = Vec::new();
