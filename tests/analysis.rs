@@ -241,3 +241,104 @@ fn analysis_failure_degrades_instead_of_failing() {
         "centre thumbnail still ships"
     );
 }
+
+/// The analysis of a full-resolution decode of `path` (no shrink-on-load, no variant): what
+/// the worker's reduced decode is compared with.
+fn analyse_full(path: &Path) -> Vision {
+    use media_worker::media::{analyze, probe, sniff, transform};
+    media::init(1);
+    let job = settings().media_job("default", None);
+    let sniff::Sniffed::Image(format) = sniff::sniff_file(path).unwrap() else {
+        panic!("{}: an image", path.display());
+    };
+    let probe = probe::run(path, format, &job.limits).unwrap();
+    let full = transform::decode(path, format, probe.width, probe.colour).unwrap();
+    assert_eq!((full.width(), full.height()), (probe.width, probe.height));
+    let a = analyze::run(&probe, &full, &job.analysis).unwrap();
+    a.vision.expect("vision")
+}
+
+/// The RGB of a `#rrggbb` colour.
+fn rgb(hex: &str) -> [i32; 3] {
+    let c = |i: usize| i32::from_str_radix(&hex[1 + 2 * i..3 + 2 * i], 16).unwrap();
+    [c(0), c(1), c(2)]
+}
+
+/// The mean channel difference (of 255) between two BlurHashes decoded at 8 x 6.
+fn blurhash_gap(a: &str, b: &str) -> f64 {
+    let (a, b) = (
+        blurhash::decode(a, 8, 6, 1.0).unwrap(),
+        blurhash::decode(b, 8, 6, 1.0).unwrap(),
+    );
+    let sum: i32 = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (*x as i32 - *y as i32).abs())
+        .sum();
+    sum as f64 / a.len() as f64
+}
+
+/// The worker decodes once, shrunk on load to what its outputs need, and analyses a variant
+/// of that decode. On every corpus photo its results are those of a full-resolution decode:
+/// the same faces and blur verdict, the focal point within 3 % of the image, BlurHash (2/255
+/// on average), dominant colour (8/255) and perceptual hash (4 bits) close.
+#[test]
+fn analysis_from_the_reduced_decode_matches_a_full_decode() {
+    let corpus_dir = corpus("");
+    let manifest = std::fs::read_to_string(corpus_dir.join("MANIFEST.tsv")).unwrap();
+    let photos: Vec<&str> = manifest
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split('\t').collect();
+            // The pixel bombs are refused before any decode (tests/e2e.rs).
+            let bomb = cols[6].starts_with("pixel bomb");
+            (["photo", "faces", "color", "orientation", "large"].contains(&cols[5]) && !bomb)
+                .then_some(cols[0])
+        })
+        .collect();
+    let mut worst = (0.0f64, 0.0f64, 0i32);
+    for name in &photos {
+        let (a, reduced, _) = analyse(&corpus(name));
+        let full = analyse_full(&corpus(name));
+        assert_eq!(
+            reduced.face_count, full.face_count,
+            "{name}: faces {:?} vs {:?}",
+            reduced.faces, full.faces
+        );
+        let off = |r: u32, f: u32, size: u32| (r as f64 - f as f64).abs() / size as f64;
+        let focal = off(reduced.focal_point.x, full.focal_point.x, a.width).max(off(
+            reduced.focal_point.y,
+            full.focal_point.y,
+            a.height,
+        ));
+        assert!(
+            focal <= 0.03,
+            "{name}: focal point {focal:.3} of the image apart"
+        );
+        let hash = blurhash_gap(&reduced.blurhash, &full.blurhash);
+        assert!(hash <= 2.0, "{name}: BlurHash {hash:.2}/255 apart");
+        let phash = hamming(&reduced.phash, &full.phash);
+        assert!(phash <= 4, "{name}: perceptual hashes {phash} bits apart");
+        // The Laplacian's variance follows the resampling chain (up to 54 % apart on the corpus:
+        // shrink-on-load and a variant, or OpenCV alone); the verdict it gives must not.
+        assert_eq!(reduced.is_blurry, full.is_blurry, "{name}: blurry or not");
+        let (r, f) = (rgb(&reduced.dominant_color), rgb(&full.dominant_color));
+        let colour = (0..3).map(|i| (r[i] - f[i]).abs()).max().unwrap();
+        assert!(
+            colour <= 8,
+            "{name}: dominant colour {} vs {}",
+            reduced.dominant_color,
+            full.dominant_color
+        );
+        worst = (worst.0.max(focal), worst.1.max(hash), worst.2.max(colour));
+    }
+    eprintln!(
+        "{} photos: focal points at most {:.1} % apart, BlurHash {}/255, dominant colour {}/255",
+        photos.len(),
+        worst.0 * 100.0,
+        worst.1,
+        worst.2
+    );
+    assert!(photos.len() >= 30, "the corpus has {} photos", photos.len());
+}

@@ -30,13 +30,18 @@ const PHOTO_KINDS: &[&str] = &["photo", "faces", "orientation", "color", "alpha"
 
 /// The ordinary photos of the corpus in `dir` (file names, from its MANIFEST.tsv).
 pub fn corpus_photos(dir: &std::path::Path) -> Vec<String> {
+    corpus_files(dir, PHOTO_KINDS)
+}
+
+/// The corpus files in `dir` of the manifest `kinds`.
+pub fn corpus_files(dir: &std::path::Path, kinds: &[&str]) -> Vec<String> {
     let manifest = std::fs::read_to_string(dir.join("MANIFEST.tsv")).expect("corpus manifest");
     manifest
         .lines()
         .skip(1)
         .filter_map(|l| {
             let cols: Vec<&str> = l.split('\t').collect();
-            (cols.len() > 5 && PHOTO_KINDS.contains(&cols[5])).then(|| cols[0].to_owned())
+            (cols.len() > 5 && kinds.contains(&cols[5])).then(|| cols[0].to_owned())
         })
         .collect()
 }
