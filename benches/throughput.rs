@@ -16,6 +16,10 @@
 //!   the loop (`benches/throughput/vips_loop.c`: one decode per photo, every width derived from
 //!   it): two processes of one thread each, fed half the list, reading local files.
 //!
+//! First, where the worker's CPU goes: each step of the `variants` and `auto` profiles run on
+//! this bench's thread (libvips on one thread), per image: probe, the one decode, the cascade
+//! of resizes, each encoder at each width, and auto quality's search.
+//!
 //! "cores busy" is the tool's CPU over the wall time, then the whole machine's: the broker and
 //! the S3 server share the 2 cores with the worker (about 0.2 of a core here).
 
@@ -114,6 +118,8 @@ fn main() {
     };
     let (webp_q, jpeg_q) = (quality("webp"), quality("jpeg"));
 
+    where_cpu_goes(&settings, &corpus, &photos, rounds);
+
     let work = tempfile::tempdir().unwrap();
     let list: Vec<&Photo> = (0..rounds).flat_map(|_| photos.iter()).collect();
     // `--baselines off`: the worker alone (sharp and the loop are compared with the worker only
@@ -210,6 +216,82 @@ fn main() {
     println!(
         "goal (issue 34): with auto quality, CPU per image <= 0.7x sharp's and images/s >= 1.3x"
     );
+}
+
+/// Prints the CPU (ms per image) of each step of the `variants` profile and of auto quality's
+/// search (the `auto` profile's), over `rounds` of `photos`.
+fn where_cpu_goes(settings: &Settings, corpus: &Path, photos: &[Photo], rounds: usize) {
+    use media_worker::media::{image, probe, quality, sniff, transform};
+    let (fixed, auto) = (
+        settings.media_job("variants", None),
+        settings.media_job("auto", None),
+    );
+    let mut steps: Vec<(String, f64)> = Vec::new();
+    let mut add = |step: String, since: f64| {
+        let cpu = cpu_seconds() - since;
+        match steps.iter_mut().find(|(s, _)| *s == step) {
+            Some((_, total)) => *total += cpu,
+            None => steps.push((step, cpu)),
+        }
+    };
+    // The profile width a planned width stands for (a narrower source's own width: the next).
+    let bucket = |w: u32| {
+        fixed
+            .profile
+            .widths
+            .iter()
+            .copied()
+            .find(|p| w <= *p)
+            .unwrap_or(w)
+    };
+    for _ in 0..rounds {
+        for photo in photos {
+            let path = corpus.join(&photo.name);
+            let t = cpu_seconds();
+            let sniff::Sniffed::Image(format) = sniff::sniff_file(&path).unwrap() else {
+                panic!("{}: an image", photo.name);
+            };
+            let probe = probe::run(&path, format, &fixed.limits).unwrap();
+            add("probe".into(), t);
+            let t = cpu_seconds();
+            let (decoded, _) = image::decode_image(&path, &probe, &fixed.profile, None).unwrap();
+            add("decode (shrink-on-load)".into(), t);
+            let t = cpu_seconds();
+            let size = (decoded.width(), decoded.height());
+            let (plan, _) = transform::plan_variants(&photo.widths, size, &fixed.profile.formats);
+            let stills = transform::Stills::make(&decoded, None, &plan, None).unwrap();
+            add("cascade of resizes".into(), t);
+            for (w, img) in stills.iter() {
+                for spec in &fixed.profile.formats {
+                    let q = match spec.quality {
+                        media::settings::Quality::Fixed(q) => q,
+                        _ => panic!("variants has fixed qualities"),
+                    };
+                    let t = cpu_seconds();
+                    img.encode(spec.format, q, quality::effort(spec.format, w))
+                        .unwrap();
+                    add(format!("{} {}w", spec.format.name(), bucket(w)), t);
+                }
+            }
+            let (_, proxy) = stills.narrowest().unwrap();
+            let t = cpu_seconds();
+            let scorer = quality::Scorer::new(proxy).unwrap();
+            add("auto: scorer reference".into(), t);
+            for spec in &auto.profile.formats {
+                let target = spec.auto_target().expect("auto has auto qualities");
+                let t = cpu_seconds();
+                let effort = quality::effort(spec.format, proxy.width());
+                scorer.search(proxy, spec.format, effort, target).unwrap();
+                add(format!("auto: {} search", spec.format.name()), t);
+            }
+        }
+    }
+    let images = (photos.len() * rounds) as f64;
+    println!("\nwhere the CPU goes (ms per image, one thread):");
+    for (step, cpu) in &steps {
+        println!("  {step:<26} {:>7.1}", cpu * 1000.0 / images);
+    }
+    println!();
 }
 
 /// Compiles the loop against the system's libvips.
