@@ -139,20 +139,8 @@ fn main() {
 
     let fixed_job = settings.media_job(&fixed, None);
     let auto_job = settings.media_job(&auto, None);
-    let fixed_tool = worker(
-        &fixed_job,
-        &corpus,
-        &photos,
-        &work.path().join("fixed"),
-        rounds,
-    );
-    let auto_tool = worker(
-        &auto_job,
-        &corpus,
-        &photos,
-        &work.path().join("auto"),
-        rounds,
-    );
+    let run = |job, dir| worker(job, &corpus, &photos, &work.path().join(dir), rounds);
+    let (fixed_tool, auto_tool) = (run(&fixed_job, "fixed"), run(&auto_job, "auto"));
     // sharp is asked for the widths the worker made, at the fixed profile's qualities.
     let sharp_jobs: Vec<Value> = photos
         .iter()

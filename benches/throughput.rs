@@ -111,10 +111,7 @@ fn main() {
     );
     let quality = |format: &str| {
         let spec = variants.formats.iter().find(|f| f.format.name() == format);
-        match spec.map(|f| f.quality) {
-            Some(media::settings::Quality::Fixed(q)) => q,
-            _ => panic!("the variants profile has a fixed {format} quality"),
-        }
+        fixed_quality(spec.unwrap_or_else(|| panic!("the variants profile has {format}")))
     };
     let (webp_q, jpeg_q) = (quality("webp"), quality("jpeg"));
 
@@ -122,12 +119,11 @@ fn main() {
 
     let work = tempfile::tempdir().unwrap();
     let list: Vec<&Photo> = (0..rounds).flat_map(|_| photos.iter()).collect();
-    // `--baselines off`: the worker alone (sharp and the loop are compared with the worker only
-    // when on).
+    // `--baselines off`: the worker alone, without sharp and the loop.
     let baselines = arg("--baselines", "on") == "on";
-    let loop_bin = build_loop(work.path());
     let widths: Vec<String> = variants.widths.iter().map(u32::to_string).collect();
     let vips_loop = baselines.then(|| {
+        let loop_bin = build_loop(work.path());
         two_at_a_time("libvips loop", &list, |half| {
             let mut cmd = Command::new(&loop_bin);
             cmd.args([webp_q.to_string(), jpeg_q.to_string(), widths.join(",")]);
@@ -263,13 +259,13 @@ fn where_cpu_goes(settings: &Settings, corpus: &Path, photos: &[Photo], rounds: 
             add("cascade of resizes".into(), t);
             for (w, img) in stills.iter() {
                 for spec in &fixed.profile.formats {
-                    let q = match spec.quality {
-                        media::settings::Quality::Fixed(q) => q,
-                        _ => panic!("variants has fixed qualities"),
-                    };
                     let t = cpu_seconds();
-                    img.encode(spec.format, q, quality::effort(spec.format, w))
-                        .unwrap();
+                    img.encode(
+                        spec.format,
+                        fixed_quality(spec),
+                        quality::effort(spec.format, w),
+                    )
+                    .unwrap();
                     add(format!("{} {}w", spec.format.name(), bucket(w)), t);
                 }
             }
@@ -292,6 +288,17 @@ fn where_cpu_goes(settings: &Settings, corpus: &Path, photos: &[Photo], rounds: 
         println!("  {step:<26} {:>7.1}", cpu * 1000.0 / images);
     }
     println!();
+}
+
+/// The quality of one of the `variants` profile's formats (all fixed).
+fn fixed_quality(spec: &media::settings::FormatSpec) -> u8 {
+    match spec.quality {
+        media::settings::Quality::Fixed(q) => q,
+        _ => panic!(
+            "the variants profile's {} quality is fixed",
+            spec.format.name()
+        ),
+    }
 }
 
 /// Compiles the loop against the system's libvips.
