@@ -30,7 +30,9 @@ pub fn media_id_for(path: &Path) -> String {
     }
 }
 
-/// Regular files given directly, or found in the given directories (not recursive), sorted.
+/// Regular files given directly, or found in the given directories (not recursive), sorted,
+/// each once however often it was named (`a.jpg dir/` with `dir/a.jpg` is one job, not two
+/// racing for the same outputs).
 pub fn expand_inputs(inputs: &[PathBuf]) -> std::io::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for p in inputs {
@@ -46,5 +48,7 @@ pub fn expand_inputs(inputs: &[PathBuf]) -> std::io::Result<Vec<PathBuf>> {
         }
     }
     files.sort();
+    let mut seen = std::collections::HashSet::new();
+    files.retain(|f| seen.insert(f.canonicalize().unwrap_or_else(|_| f.clone())));
     Ok(files)
 }

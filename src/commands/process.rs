@@ -26,6 +26,20 @@ pub async fn run(
         anyhow::bail!("unknown profile `{profile}`");
     }
     let files = super::expand_inputs(&inputs)?;
+    // Outputs are keyed by media id, which is the file name: two files of one name would
+    // overwrite each other's outputs.
+    let mut ids = std::collections::HashMap::new();
+    for file in &files {
+        if let Some(other) = ids.insert(super::media_id_for(file), file) {
+            anyhow::bail!(
+                "`{}` and `{}` would write the same outputs (media id `{}`): process them into \
+                 different --out directories",
+                other.display(),
+                file.display(),
+                super::media_id_for(file)
+            );
+        }
+    }
     std::fs::create_dir_all(&out)?;
     let out = out.canonicalize()?;
     settings.worker.tmp_dir = out.join(".scratch");

@@ -320,10 +320,10 @@ impl JobRunner {
         let Some(space) = scratch::Space::of(&settings.tmp_dir) else {
             return failure;
         };
-        if !space.near_full(settings.min_scratch_free_bytes) {
+        let needed = need.max(scratch::used_bytes(scratch.path()).saturating_mul(2));
+        if !space.near_full(settings.min_scratch_free_bytes, needed) {
             return failure;
         }
-        let needed = need.max(scratch::used_bytes(scratch.path()).saturating_mul(2));
         self.svc.health.want_scratch(needed);
         tracing::warn!(stage = failure.stage.as_str(), error = %failure.error, free = space.free,
             needed, "failed with the scratch file system full: a fault of this pod");

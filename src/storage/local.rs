@@ -144,9 +144,12 @@ impl Storage for LocalStorage {
         if let Some(parent) = dest.parent() {
             tokio::fs::create_dir_all(parent).await?;
         }
-        // Write then rename, so readers never see a half-written output.
+        // Write then rename, so readers never see a half-written output; the partial name is
+        // the writer's own, so two writers of one key never rename each other's file away.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut tmp = dest.clone().into_os_string();
-        tmp.push(".partial");
+        tmp.push(format!(".{}-{n}.partial", std::process::id()));
         tokio::fs::copy(path, &tmp).await?;
         tokio::fs::rename(&tmp, &dest).await?;
         Ok(())

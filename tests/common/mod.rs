@@ -44,14 +44,18 @@ pub fn corpus(name: &str) -> PathBuf {
 
 /// A loopback port for a server a test starts: random, below the kernel's ephemeral range (so an
 /// outgoing connection cannot take it before the server binds), free now, and never handed out
-/// twice by this process (tests run side by side).
+/// twice in one nextest run. Tests run side by side in processes of their own, and a test that
+/// stops a server for an outage must find its port still free when the server comes back: each
+/// port given is claimed by a file in a directory of the run's.
 pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut given = GIVEN.lock().unwrap();
+    let run = std::env::var("NEXTEST_RUN_ID").unwrap_or_else(|_| std::process::id().to_string());
+    let claims = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("ports-{run}"));
+    std::fs::create_dir_all(&claims).unwrap();
     for _ in 0..1000 {
         let port = fastrand::u16(20_000..32_000);
-        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            given.push(port);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && std::fs::File::create_new(claims.join(port.to_string())).is_ok()
+        {
             return port;
         }
     }
