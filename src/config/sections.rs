@@ -120,6 +120,18 @@ impl Section for WorkerSettings {
                 .all(|l| SANDBOX_LAYERS.contains(&l.as_str())),
             "sandbox_disable",
             "names a layer that is not landlock, seccomp, unprivileged or all",
+        )?;
+        let cap = self.media_memory_limit_bytes;
+        ensure(
+            cap == 0 || cap >= super::MIN_CONFIGURED_MEMORY_LIMIT,
+            "media_memory_limit_bytes",
+            format!(
+                "{} MiB is below the {} MiB floor: a job process maps 200-250 MiB of libraries, \
+                 stacks and allocator space before it decodes anything, so a smaller cap fails \
+                 ordinary photos as too large (0 derives the cap from the container's memory)",
+                cap >> 20,
+                super::MIN_CONFIGURED_MEMORY_LIMIT >> 20
+            ),
         )
     }
 }

@@ -74,6 +74,7 @@ fn another(key: &str, value: &figment::value::Value) -> String {
         ("worker.sandbox_disable", _) => "seccomp".into(),
         ("http.addr", _) => "127.0.0.1:9999".into(),
         ("api.nice", _) => "5".into(),
+        ("worker.media_memory_limit_bytes", _) => (1u64 << 30).to_string(),
         ("kafka.properties", _) => "{socket_timeout_ms = 1000}".into(),
         (k, _) if k.ends_with("face_cascade") || k.ends_with("profile_cascade") => {
             "/usr/share/opencv4/haarcascades/haarcascade_frontalface_default.xml".into()
@@ -284,4 +285,19 @@ fn the_text_keys_are_read_from_the_settings_types() {
     // The numeric-looking group id through the full name stays text too.
     let s = Settings::load_from(None, env(&[("MEDIA_WORKER_KAFKA__GROUP_INSTANCE_ID", "7")]));
     assert_eq!(s.unwrap().kafka.group_instance_id.as_deref(), Some("7"));
+}
+
+#[test]
+fn a_memory_cap_too_small_for_a_job_process_is_refused_naming_its_key() {
+    let e = Settings::load_from(None, env(&[("MEDIA_MEMORY_LIMIT_BYTES", "268435456")]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("worker.media_memory_limit_bytes") && e.contains("256 MiB is below the 512 MiB"),
+        "{e}"
+    );
+    for ok in ["0", "536870912"] {
+        let s = Settings::load_from(None, env(&[("MEDIA_MEMORY_LIMIT_BYTES", ok)])).unwrap();
+        assert_eq!(s.worker.media_memory_limit_bytes.to_string(), ok);
+    }
 }
