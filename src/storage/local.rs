@@ -150,8 +150,52 @@ impl Storage for LocalStorage {
         let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut tmp = dest.clone().into_os_string();
         tmp.push(format!(".{}-{n}.partial", std::process::id()));
-        tokio::fs::copy(path, &tmp).await?;
-        tokio::fs::rename(&tmp, &dest).await?;
-        Ok(())
+        let written = match tokio::fs::copy(path, &tmp).await {
+            Ok(_) => tokio::fs::rename(&tmp, &dest).await,
+            Err(e) => Err(e),
+        };
+        if written.is_err() {
+            let _ = tokio::fs::remove_file(&tmp).await;
+        }
+        Ok(written?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const META: ObjectMeta<'static> = ObjectMeta {
+        content_type: "image/webp",
+        cache_control: "no-cache",
+    };
+
+    /// Writers of one key (a file named twice to `process`) each land whole; a failed write
+    /// leaves nothing beside the outputs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writers_of_one_key_each_land_whole_and_a_failed_write_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = LocalStorage::new(dir.path()).with_bucket("out", dir.path().join("out"));
+        let body = vec![7u8; 1 << 20];
+        let src = dir.path().join("src.bin");
+        std::fs::write(&src, &body).unwrap();
+        let writes = (0..8).map(|_| store.upload("out", "a/b.webp", &src, &META));
+        for written in futures_util::future::join_all(writes).await {
+            written.unwrap();
+        }
+        assert_eq!(
+            std::fs::read(dir.path().join("out/a/b.webp")).unwrap(),
+            body
+        );
+
+        // A directory where the output should go: written, but not put in place.
+        std::fs::create_dir(dir.path().join("out/a/c.webp")).unwrap();
+        assert!(store.upload("out", "a/c.webp", &src, &META).await.is_err());
+        let mut names: Vec<_> = std::fs::read_dir(dir.path().join("out/a"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["b.webp", "c.webp"]);
     }
 }
