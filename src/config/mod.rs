@@ -251,10 +251,6 @@ pub const PARENT_RESERVE: u64 = 512 << 20;
 /// The smallest derived cap: the child's own mappings (libraries, thread stacks, allocator
 /// arenas) take about 200 MiB of address space before any decode.
 pub const MIN_MEMORY_LIMIT: u64 = 1 << 30;
-/// The smallest cap an operator may set. Measured with a 1 MB photo: at 150 MiB the job process
-/// cannot map its libraries (the sandbox restarts every second), at 200 MiB the photo is answered
-/// `limits_exceeded`, at 256 MiB so is its AVIF; 280 MiB and up complete.
-pub const MIN_CONFIGURED_MEMORY_LIMIT: u64 = 512 << 20;
 
 /// The memory this process may use: the cgroup v2 or v1 limit, else the machine's memory.
 fn container_memory() -> Option<u64> {

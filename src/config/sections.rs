@@ -112,6 +112,12 @@ impl RequestSettings {
 /// What `worker.sandbox_disable` may name.
 const SANDBOX_LAYERS: [&str; 4] = ["landlock", "seccomp", "unprivileged", "all"];
 
+/// The smallest `media_memory_limit_bytes` an operator may set. Measured with a 1 MB photo: at
+/// 150 MiB the job process cannot map its libraries (the sandbox restarts every second), at
+/// 200 MiB the photo is answered `limits_exceeded`, at 256 MiB so is its AVIF; 280 MiB and up
+/// complete.
+pub const MIN_CONFIGURED_MEMORY_LIMIT: u64 = 512 << 20;
+
 impl Section for WorkerSettings {
     fn validate(&self) -> Result<(), Invalid> {
         ensure(
@@ -123,14 +129,14 @@ impl Section for WorkerSettings {
         )?;
         let cap = self.media_memory_limit_bytes;
         ensure(
-            cap == 0 || cap >= super::MIN_CONFIGURED_MEMORY_LIMIT,
+            cap == 0 || cap >= MIN_CONFIGURED_MEMORY_LIMIT,
             "media_memory_limit_bytes",
             format!(
                 "{} MiB is below the {} MiB floor: a job process maps 200-250 MiB of libraries, \
                  stacks and allocator space before it decodes anything, so a smaller cap fails \
                  ordinary photos as too large (0 derives the cap from the container's memory)",
                 cap >> 20,
-                super::MIN_CONFIGURED_MEMORY_LIMIT >> 20
+                MIN_CONFIGURED_MEMORY_LIMIT >> 20
             ),
         )
     }

@@ -150,10 +150,11 @@ impl Storage for LocalStorage {
         let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut tmp = dest.clone().into_os_string();
         tmp.push(format!(".{}-{n}.partial", std::process::id()));
-        let written = match tokio::fs::copy(path, &tmp).await {
-            Ok(_) => tokio::fs::rename(&tmp, &dest).await,
-            Err(e) => Err(e),
-        };
+        let written = async {
+            tokio::fs::copy(path, &tmp).await?;
+            tokio::fs::rename(&tmp, &dest).await
+        }
+        .await;
         if written.is_err() {
             let _ = tokio::fs::remove_file(&tmp).await;
         }
