@@ -96,8 +96,14 @@ EOF
       brokers+="${brokers:+,}127.0.0.1:${BPORT[$i]}"
     done
     rf=$(( N >= 3 ? 3 : 1 )); isr=$(( N >= 3 ? 2 : 1 ))
-    # A cluster id as `kafka-storage random-uuid` makes one (a base64url UUID), without a JVM.
-    cluster=$(python3 -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')
+    # A cluster id as `kafka-storage random-uuid` makes one (a base64url UUID), without a JVM;
+    # like Kafka's Uuid.randomUuid, never one starting with "-", which the storage tool would
+    # take for an option (1 cluster in 64 failed to format).
+    cluster=$(python3 -c '
+import base64, uuid
+while (c := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+    pass
+print(c)')
     for i in $(seq 1 "$N"); do
       mkdir -p "$DIR/node$i/data"
       cat >"$DIR/node$i/server.properties" <<EOF
