@@ -147,7 +147,9 @@ EOF
         >>"$DIR/node$i/kafka.log" 2>&1 &
       formats+=" $!"
     done
-    for p in $formats; do wait "$p"; done
+    for p in $formats; do
+      wait "$p" || { echo "kafka.sh: formatting the storage failed:" >&2; tail -30 "$DIR"/node*/kafka.log >&2; "$0" down "$DIR"; exit 1; }
+    done
     for i in $(seq 1 "$N"); do node_start "$i"; done
     for i in $(seq 1 "$N"); do wait_serving "$i" "${BPORT[$i]}" || { "$0" down "$DIR"; exit 1; }; done
     echo "$brokers" >"$DIR/bootstrap"
