@@ -1,18 +1,15 @@
 //! OpenCV analysis and the face-aware thumbnail, through the same `media::process` the worker
 //! runs (default profile, real corpus files).
 
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::path::Path;
+
+use common::corpus;
 use media_worker::config::Settings;
 use media_worker::contract::{ImageAnalysis, Rect, Vision};
 use media_worker::media::vips::Image;
 use media_worker::media::{self, Control, MediaOutput};
-
-fn corpus(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/corpus")
-        .join(name)
-}
 
 fn settings() -> Settings {
     Settings::load_from(None, Vec::new()).unwrap()
@@ -284,19 +281,13 @@ fn blurhash_gap(a: &str, b: &str) -> f64 {
 /// on average), dominant colour (8/255) and perceptual hash (4 bits) close.
 #[test]
 fn analysis_from_the_reduced_decode_matches_a_full_decode() {
-    let corpus_dir = corpus("");
-    let manifest = std::fs::read_to_string(corpus_dir.join("MANIFEST.tsv")).unwrap();
-    let photos: Vec<&str> = manifest
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let cols: Vec<&str> = l.split('\t').collect();
+    let photos: Vec<String> =
+        common::corpus_of_kinds(&["photo", "faces", "color", "orientation", "large"])
+            .into_iter()
             // The pixel bombs are refused before any decode (tests/e2e.rs).
-            let bomb = cols[6].starts_with("pixel bomb");
-            (["photo", "faces", "color", "orientation", "large"].contains(&cols[5]) && !bomb)
-                .then_some(cols[0])
-        })
-        .collect();
+            .filter(|f| !f.expected.starts_with("pixel bomb"))
+            .map(|f| f.name)
+            .collect();
     let mut worst = (0.0f64, 0.0f64, 0i32);
     for name in &photos {
         let (a, reduced, _) = analyse(&corpus(name));

@@ -331,12 +331,7 @@ async fn the_whole_corpus_is_answered_and_the_worker_survives() {
     let mut worker = Worker::start(&stack.worker_env("g-corpus"));
     worker.wait_ready();
     let responses = stack.responses();
-    let manifest = std::fs::read_to_string(corpus("MANIFEST.tsv")).unwrap();
-    let files: Vec<&str> = manifest
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split('\t').next())
-        .collect();
+    let files: Vec<String> = corpus_manifest().into_iter().map(|f| f.name).collect();
     assert!(files.len() >= 50, "{} files", files.len());
     for (i, name) in files.iter().enumerate() {
         stack.upload_corpus(name).await;

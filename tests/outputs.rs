@@ -49,12 +49,9 @@ fn process(
 
 /// Every file of the corpus (MANIFEST.tsv lists them).
 fn corpus_files() -> Vec<String> {
-    let manifest = std::fs::read_to_string(corpus("MANIFEST.tsv")).expect("../shared/corpus");
-    manifest
-        .lines()
-        .skip(1)
-        .filter_map(|l| l.split('\t').next())
-        .map(str::to_owned)
+    common::corpus_manifest()
+        .into_iter()
+        .map(|f| f.name)
         .collect()
 }
 

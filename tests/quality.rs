@@ -22,17 +22,9 @@ const DECODERS_DIFFER_BY: f64 = 0.5;
 
 /// The corpus photos (those with alpha are skipped: the reference scorer takes RGB).
 fn opaque_photos() -> Vec<String> {
-    let manifest = std::fs::read_to_string(corpus("MANIFEST.tsv")).expect("../shared/corpus");
-    manifest
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let cols: Vec<&str> = l.split('\t').collect();
-            let kind = *cols.get(5)?;
-            ["photo", "faces", "orientation", "color"]
-                .contains(&kind)
-                .then(|| cols[0].to_owned())
-        })
+    common::corpus_of_kinds(&["photo", "faces", "orientation", "color"])
+        .into_iter()
+        .map(|f| f.name)
         .collect()
 }
 

@@ -42,6 +42,40 @@ pub fn corpus(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// One line of the corpus's MANIFEST.tsv: a file, its kind (`photo`, `faces`, `large`, ...)
+/// and what it is expected to be.
+pub struct CorpusFile {
+    pub name: String,
+    pub kind: String,
+    pub expected: String,
+}
+
+/// Every file of the corpus, as its MANIFEST.tsv lists them.
+pub fn corpus_manifest() -> Vec<CorpusFile> {
+    let manifest = std::fs::read_to_string(corpus("MANIFEST.tsv")).expect("../shared/corpus");
+    manifest
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let cols: Vec<&str> = l.split('\t').collect();
+            let col = |i: usize| cols.get(i).copied().unwrap_or_default().to_owned();
+            CorpusFile {
+                name: col(0),
+                kind: col(5),
+                expected: col(6),
+            }
+        })
+        .collect()
+}
+
+/// The corpus files of the manifest `kinds`.
+pub fn corpus_of_kinds(kinds: &[&str]) -> Vec<CorpusFile> {
+    corpus_manifest()
+        .into_iter()
+        .filter(|f| kinds.contains(&f.kind.as_str()))
+        .collect()
+}
+
 /// A loopback port for a server a test starts: random, below the kernel's ephemeral range (so an
 /// outgoing connection cannot take it before the server binds), free now, and never handed out
 /// twice in one nextest run. Tests run side by side in processes of their own, and a test that
