@@ -3,6 +3,8 @@
 //!   cargo bench --bench quality -- --sharp DIR --dssim PATH [--fixed variants] [--auto picture]
 //!                                  [--rounds 3]
 //!   cargo bench --bench quality -- --calibrate [--profile picture] [--target 70]
+//!   cargo bench --bench quality -- --sharp DIR --dssim PATH --ceiling webp|jpeg
+//!                                  [--qualities 50,56,..]
 //!
 //! For each corpus photo, the variants of a fixed-quality profile and of an auto-quality one as
 //! the worker makes them (`media::process`, one format at a time, so that CPU is per format,
@@ -22,6 +24,8 @@ use media_worker::config::Settings;
 use media_worker::media::{self, Control};
 use serde_json::{Value, json};
 
+#[path = "quality/ceiling.rs"]
+mod ceiling;
 #[path = "../tests/common/lines.rs"]
 mod lines;
 mod util;
@@ -124,16 +128,19 @@ fn main() {
     }
     let sharp_dir = PathBuf::from(arg("--sharp", ""));
     let dssim = PathBuf::from(arg("--dssim", "dssim"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let (fixed, auto) = (arg("--fixed", "variants"), arg("--auto", "picture"));
     let rounds: usize = arg("--rounds", "3").parse().expect("--rounds N");
     assert!(
         sharp_dir.join("node_modules/sharp").is_dir(),
         "--sharp DIR with node_modules/sharp (make bench-quality installs it)"
     );
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let corpus = root.join("../shared/corpus");
     let settings = Settings::load_from(None, Vec::new()).expect("settings");
     media::init(1);
+    if let Some(format) = std::env::args().skip_while(|a| a != "--ceiling").nth(1) {
+        return ceiling(&settings, root, &sharp_dir, &dssim, &format);
+    }
     let work = tempfile::tempdir().unwrap();
     let photos = corpus_photos(&corpus);
 
@@ -141,29 +148,7 @@ fn main() {
     let auto_job = settings.media_job(&auto, None);
     let run = |job, dir| worker(job, &corpus, &photos, &work.path().join(dir), rounds);
     let (fixed_tool, auto_tool) = (run(&fixed_job, "fixed"), run(&auto_job, "auto"));
-    // sharp is asked for the widths the worker made, at the fixed profile's qualities.
-    let sharp_jobs: Vec<Value> = photos
-        .iter()
-        .filter_map(|photo| {
-            let mut widths: Vec<u32> = fixed_tool
-                .made
-                .iter()
-                .filter(|m| &m.photo == photo)
-                .map(|m| m.width)
-                .collect();
-            widths.sort_unstable();
-            widths.dedup();
-            let formats: Vec<Value> = fixed_job
-                .profile
-                .formats
-                .iter()
-                .map(|f| json!({"format": f.format.name(), "quality": f.quality}))
-                .collect();
-            (!widths.is_empty()).then(|| {
-                json!({"source": corpus.join(photo), "name": photo, "widths": widths, "formats": formats})
-            })
-        })
-        .collect();
+    let sharp_jobs = sharp_jobs(&corpus, &photos, &fixed_tool.made, &fixed_job);
     // sharp's outputs are the same every round; its CPU per photo and format is the least.
     let mut sharp = run_sharp(
         root,
@@ -225,6 +210,115 @@ fn main() {
         }
     }
     report(&tools);
+}
+
+/// sharp's jobs: for each photo, the widths the worker made (`made`), at `job`'s qualities.
+fn sharp_jobs(
+    corpus: &Path,
+    photos: &[String],
+    made: &[Made],
+    job: &media::MediaJob,
+) -> Vec<Value> {
+    let formats: Vec<Value> = job
+        .profile
+        .formats
+        .iter()
+        .map(|f| json!({"format": f.format.name(), "quality": f.quality}))
+        .collect();
+    photos
+        .iter()
+        .filter_map(|photo| {
+            let mut widths: Vec<u32> =
+                made.iter().filter(|m| &m.photo == photo).map(|m| m.width).collect();
+            widths.sort_unstable();
+            widths.dedup();
+            (!widths.is_empty()).then(|| {
+                json!({"source": corpus.join(photo), "name": photo, "widths": widths, "formats": formats})
+            })
+        })
+        .collect()
+}
+
+/// The qualities `--ceiling` makes every variant at: finer where sharp's q80 and q82 sit.
+const QUALITIES: &str = "50,56,60,63,66,68,70,72,74,76,77,78,79,80,81,82,84,86,88,90,92";
+
+/// `--ceiling FORMAT` (see `ceiling`): the fixed profile's variants of FORMAT at each of
+/// `--qualities`, scored, against sharp's at the profile's quality.
+fn ceiling(settings: &Settings, root: &Path, sharp_dir: &Path, dssim: &Path, format: &str) {
+    let corpus = root.join("../shared/corpus");
+    let photos = corpus_photos(&corpus);
+    let work = tempfile::tempdir().unwrap();
+    let mut job = settings.media_job(&arg("--fixed", "variants"), None);
+    job.profile.formats.retain(|f| f.format.name() == format);
+    assert!(
+        !job.profile.formats.is_empty(),
+        "--ceiling: a format of the fixed profile"
+    );
+    let qualities: Vec<u8> = arg("--qualities", QUALITIES)
+        .split(',')
+        .map(|q| q.parse().expect("--qualities Q,Q,..."))
+        .collect();
+    let mut outputs: BTreeMap<(String, u32), Vec<ceiling::Point>> = BTreeMap::new();
+    let mut made = Vec::new();
+    for q in &qualities {
+        let mut one = job.clone();
+        one.profile.formats[0].quality = media::settings::Quality::Fixed(*q);
+        let mut tool = worker(
+            &one,
+            &corpus,
+            &photos,
+            &work.path().join(format!("q{q}")),
+            1,
+        );
+        score(root, dssim, work.path(), &mut tool.made);
+        for m in tool.made.iter().filter(|m| !m.dssim.is_nan()) {
+            outputs
+                .entry((m.photo.clone(), m.width))
+                .or_default()
+                .push(point(m));
+        }
+        made = tool.made;
+    }
+    let mut sharp = run_sharp(
+        root,
+        sharp_dir,
+        &work.path().join("sharp"),
+        &sharp_jobs(&corpus, &photos, &made, &job),
+        true,
+    );
+    score(root, dssim, work.path(), &mut sharp.made);
+    let sharp: BTreeMap<(String, u32), ceiling::Point> = sharp
+        .made
+        .iter()
+        .filter(|m| !m.dssim.is_nan())
+        .map(|m| ((m.photo.clone(), m.width), point(m)))
+        .collect();
+    // Only outputs scored at every quality, and made by sharp too.
+    outputs.retain(|k, p| p.len() == qualities.len() && sharp.contains_key(k));
+    let n = outputs.len() as f64;
+    let of_sharp: Vec<ceiling::Point> = outputs.keys().map(|k| sharp[k]).collect();
+    let sharp = ceiling::Sharp {
+        bytes: of_sharp.iter().map(|p| p.bytes).sum(),
+        mean: of_sharp.iter().map(|p| p.ssim).sum::<f64>() / n,
+        worst: of_sharp
+            .iter()
+            .map(|p| p.ssim)
+            .fold(f64::INFINITY, f64::min),
+    };
+    ceiling::Grid { qualities, outputs }.report(format, sharp);
+}
+
+fn point(m: &Made) -> ceiling::Point {
+    ceiling::Point {
+        bytes: m.bytes,
+        ssim: ssim(m.dssim),
+        ssimulacra2: m.ssimulacra2,
+    }
+}
+
+/// SSIM as the report gives it, from dssim.
+fn ssim(dssim: f64) -> f64 {
+    1.0 / (1.0 + dssim)
 }
 
 /// The variants `job` makes of each photo, one format at a time (the least CPU of `rounds`).
@@ -389,7 +483,6 @@ fn score(root: &Path, dssim: &Path, work: &Path, made: &mut [Made]) {
 }
 
 fn report(tools: &[(&str, Tool)]) {
-    let ssim = |d: f64| 1.0 / (1.0 + d);
     println!(
         "\n| format | tool | photos | outputs | total bytes | mean SSIM | worst SSIM (output) | \
          mean SSIMULACRA2 | worst SSIMULACRA2 | CPU ms / photo |"

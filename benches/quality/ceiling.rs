@@ -1,0 +1,198 @@
+//! `--ceiling FORMAT`: how few bytes any choice of encoder quality per output could reach
+//! against sharp's fixed quality, on this bench's own metric and with this machine's encoder.
+//!
+//! Every variant of the fixed profile is made at each of `--qualities` and scored (SSIM
+//! against the Pillow reference, and SSIMULACRA2), so each output's bytes and scores are known
+//! at every quality. Then, per rule, the fewest bytes that still reach sharp's mean SSIM with a
+//! worst output no worse than sharp's:
+//!
+//! - one quality for every output (what a fixed profile can do);
+//! - one quality per width bucket (320 px and under, 640 and under, wider), the same for
+//!   every photo;
+//! - each output at its own lowest quality reaching a SSIMULACRA2 target, or a SSIM target:
+//!   auto quality's rule with a perfect search at every width, the least target that reaches
+//!   sharp's mean;
+//! - each output at the quality that knows the metric: a Lagrangian sweep (minimise bytes -
+//!   lambda * SSIM per output, each output at least sharp's worst), the bound for any rule.
+
+use std::collections::BTreeMap;
+
+/// One output at one quality.
+#[derive(Debug, Clone, Copy)]
+pub struct Point {
+    pub bytes: u64,
+    pub ssim: f64,
+    pub ssimulacra2: f64,
+}
+
+/// Each output (photo, width): its point at each of `qualities` (ascending).
+pub struct Grid {
+    pub qualities: Vec<u8>,
+    pub outputs: BTreeMap<(String, u32), Vec<Point>>,
+}
+
+/// sharp's figures at the fixed profile's quality: total bytes, mean and worst SSIM.
+#[derive(Debug, Clone, Copy)]
+pub struct Sharp {
+    pub bytes: u64,
+    pub mean: f64,
+    pub worst: f64,
+}
+
+/// A choice of quality (an index into `qualities`) per output, in `outputs`' order.
+type Choice = Vec<usize>;
+
+impl Grid {
+    /// Total bytes, mean and worst SSIM of a choice.
+    fn sum(&self, choice: &Choice) -> (u64, f64, f64) {
+        let points = self.outputs.values().zip(choice).map(|(p, i)| p[*i]);
+        let (mut bytes, mut total, mut worst) = (0, 0.0, f64::INFINITY);
+        for p in points {
+            bytes += p.bytes;
+            total += p.ssim;
+            worst = worst.min(p.ssim);
+        }
+        (bytes, total / self.outputs.len() as f64, worst)
+    }
+
+    fn reaches(&self, choice: &Choice, sharp: Sharp) -> Option<(u64, f64, f64)> {
+        let (bytes, mean, worst) = self.sum(choice);
+        (mean >= sharp.mean && worst >= sharp.worst).then_some((bytes, mean, worst))
+    }
+
+    /// Each output at its own lowest quality whose `score` reaches `target` (the top else).
+    fn lowest_reaching(&self, score: impl Fn(&Point) -> f64, target: f64) -> Choice {
+        self.outputs
+            .values()
+            .map(|p| {
+                p.iter()
+                    .position(|p| score(p) >= target)
+                    .unwrap_or(p.len() - 1)
+            })
+            .collect()
+    }
+
+    /// The fewest bytes reaching sharp by one quality per width bucket.
+    fn per_width(&self, sharp: Sharp) -> Option<((u64, f64, f64), [u8; 3])> {
+        let bucket = |w: u32| match w {
+            0..=320 => 0,
+            321..=640 => 1,
+            _ => 2,
+        };
+        let n = self.qualities.len();
+        let mut best: Option<((u64, f64, f64), [u8; 3])> = None;
+        for i in 0..n * n * n {
+            let q = [i % n, i / n % n, i / (n * n)];
+            let choice = self.outputs.keys().map(|(_, w)| q[bucket(*w)]).collect();
+            if let Some(r) = self.reaches(&choice, sharp)
+                && best.is_none_or(|(b, _)| r.0 < b.0)
+            {
+                best = Some((r, q.map(|i| self.qualities[i])));
+            }
+        }
+        best
+    }
+
+    /// The fewest bytes reaching sharp by any quality per output: per lambda, each output at
+    /// the quality minimising bytes - lambda * SSIM among those at least sharp's worst; then
+    /// the best of those lowered greedily (the step saving most bytes per SSIM lost) while the
+    /// mean holds, for what a lambda's steps leave over.
+    fn lagrangian(&self, sharp: Sharp) -> Option<(u64, f64, f64)> {
+        let mut best: Option<(u64, f64, f64, Choice)> = None;
+        // Bytes per unit of SSIM: from nothing to far past the steepest step on the corpus.
+        for lambda in (0..4000).map(|i| 1e3 * 1.004f64.powi(i) - 1e3) {
+            let choice = self
+                .outputs
+                .values()
+                .map(|p| {
+                    (0..p.len())
+                        .filter(|i| p[*i].ssim >= sharp.worst)
+                        .min_by(|a, b| {
+                            let cost = |i: usize| p[i].bytes as f64 - lambda * p[i].ssim;
+                            cost(*a).total_cmp(&cost(*b))
+                        })
+                        .unwrap_or(p.len() - 1)
+                })
+                .collect();
+            if let Some(r) = self.reaches(&choice, sharp)
+                && best.as_ref().is_none_or(|b| r.0 < b.0)
+            {
+                best = Some((r.0, r.1, r.2, choice));
+            }
+        }
+        let (.., mut choice) = best?;
+        let points: Vec<&Vec<Point>> = self.outputs.values().collect();
+        let n = points.len() as f64;
+        let mut total: f64 = points.iter().zip(&choice).map(|(p, i)| p[*i].ssim).sum();
+        loop {
+            // The one-step lowering with the most bytes saved per SSIM lost that keeps both
+            // the mean and the output's floor.
+            let step = (0..points.len())
+                .filter(|o| choice[*o] > 0)
+                .map(|o| (o, points[o][choice[o]], points[o][choice[o] - 1]))
+                .filter(|(_, now, lower)| {
+                    lower.ssim >= sharp.worst
+                        && (total - now.ssim + lower.ssim) / n >= sharp.mean
+                        && lower.bytes < now.bytes
+                })
+                .max_by(|(_, a, la), (_, b, lb)| {
+                    let gain = |now: &Point, lower: &Point| {
+                        (now.bytes - lower.bytes) as f64 / (now.ssim - lower.ssim).max(1e-12)
+                    };
+                    gain(a, la).total_cmp(&gain(b, lb))
+                });
+            let Some((o, now, lower)) = step else { break };
+            total += lower.ssim - now.ssim;
+            choice[o] -= 1;
+        }
+        self.reaches(&choice, sharp)
+    }
+
+    /// Prints the rules' figures against sharp's.
+    pub fn report(&self, format: &str, sharp: Sharp) {
+        let line = |rule: &str, r: Option<(u64, f64, f64)>| match r {
+            Some((bytes, mean, worst)) => println!(
+                "| {format} | {rule} | {bytes} | {:.3}x | {mean:.5} | {worst:.5} |",
+                bytes as f64 / sharp.bytes as f64
+            ),
+            None => println!("| {format} | {rule} | - | not reached | - | - |"),
+        };
+        println!(
+            "\n{} outputs of {format} at qualities {:?}; sharp: {} bytes, mean SSIM {:.5}, worst \
+             {:.5}",
+            self.outputs.len(),
+            self.qualities,
+            sharp.bytes,
+            sharp.mean,
+            sharp.worst
+        );
+        println!("\n| format | rule | bytes | vs sharp | mean SSIM | worst SSIM |");
+        println!("|---|---|---|---|---|---|");
+        for (i, q) in self.qualities.iter().enumerate() {
+            let (bytes, mean, worst) = self.sum(&vec![i; self.outputs.len()]);
+            line(&format!("every output at q{q}"), Some((bytes, mean, worst)));
+        }
+        match self.per_width(sharp) {
+            Some((r, q)) => line(&format!("per width q{}/q{}/q{}", q[0], q[1], q[2]), Some(r)),
+            None => line("per width", None),
+        }
+        // The least target reaching sharp: SSIMULACRA2 in steps of 1, SSIM of 0.0001.
+        let least = |score: &dyn Fn(&Point) -> f64, targets: &mut dyn Iterator<Item = f64>| {
+            targets
+                .map(|t| (t, self.reaches(&self.lowest_reaching(score, t), sharp)))
+                .find(|(_, r)| r.is_some())
+        };
+        match least(&|p| p.ssimulacra2, &mut (30..=100).map(f64::from)) {
+            Some((t, r)) => line(&format!("each output's own quality for SSIMULACRA2 {t}"), r),
+            None => line("each output's own quality for a SSIMULACRA2 target", None),
+        }
+        match least(&|p| p.ssim, &mut (9900..=10000).map(|t| t as f64 / 1e4)) {
+            Some((t, r)) => line(&format!("each output's own quality for SSIM {t:.4}"), r),
+            None => line("each output's own quality for a SSIM target", None),
+        }
+        line(
+            "each output's quality chosen on the metric",
+            self.lagrangian(sharp),
+        );
+    }
+}
