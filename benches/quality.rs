@@ -254,10 +254,13 @@ fn ceiling(settings: &Settings, root: &Path, sharp_dir: &Path, dssim: &Path, for
         !job.profile.formats.is_empty(),
         "--ceiling: a format of the fixed profile"
     );
-    let qualities: Vec<u8> = arg("--qualities", QUALITIES)
+    // Ascending: the rules step from one quality to the next.
+    let mut qualities: Vec<u8> = arg("--qualities", QUALITIES)
         .split(',')
         .map(|q| q.parse().expect("--qualities Q,Q,..."))
         .collect();
+    qualities.sort_unstable();
+    qualities.dedup();
     let mut outputs: BTreeMap<(String, u32), Vec<ceiling::Point>> = BTreeMap::new();
     let mut made = Vec::new();
     for q in &qualities {
