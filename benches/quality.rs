@@ -298,16 +298,8 @@ fn ceiling(settings: &Settings, root: &Path, sharp_dir: &Path, dssim: &Path, for
         .collect();
     // Only outputs scored at every quality, and made by sharp too.
     outputs.retain(|k, p| p.len() == qualities.len() && sharp.contains_key(k));
-    let n = outputs.len() as f64;
-    let of_sharp: Vec<ceiling::Point> = outputs.keys().map(|k| sharp[k]).collect();
-    let sharp = ceiling::Sharp {
-        bytes: of_sharp.iter().map(|p| p.bytes).sum(),
-        mean: of_sharp.iter().map(|p| p.ssim).sum::<f64>() / n,
-        worst: of_sharp
-            .iter()
-            .map(|p| p.ssim)
-            .fold(f64::INFINITY, f64::min),
-    };
+    let (bytes, mean, worst) = ceiling::totals(outputs.keys().map(|k| sharp[k]));
+    let sharp = ceiling::Sharp { bytes, mean, worst };
     ceiling::Grid { qualities, outputs }.report(format, sharp);
 }
 

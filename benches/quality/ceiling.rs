@@ -41,20 +41,25 @@ pub struct Sharp {
     pub worst: f64,
 }
 
+/// Total bytes, mean and worst SSIM of `points`.
+pub fn totals(points: impl IntoIterator<Item = Point>) -> (u64, f64, f64) {
+    let (mut n, mut bytes, mut total, mut worst) = (0, 0, 0.0, f64::INFINITY);
+    for p in points {
+        n += 1;
+        bytes += p.bytes;
+        total += p.ssim;
+        worst = worst.min(p.ssim);
+    }
+    (bytes, total / n as f64, worst)
+}
+
 /// A choice of quality (an index into `qualities`) per output, in `outputs`' order.
 type Choice = Vec<usize>;
 
 impl Grid {
     /// Total bytes, mean and worst SSIM of a choice.
     fn sum(&self, choice: &Choice) -> (u64, f64, f64) {
-        let points = self.outputs.values().zip(choice).map(|(p, i)| p[*i]);
-        let (mut bytes, mut total, mut worst) = (0, 0.0, f64::INFINITY);
-        for p in points {
-            bytes += p.bytes;
-            total += p.ssim;
-            worst = worst.min(p.ssim);
-        }
-        (bytes, total / self.outputs.len() as f64, worst)
+        totals(self.outputs.values().zip(choice).map(|(p, i)| p[*i]))
     }
 
     fn reaches(&self, choice: &Choice, sharp: Sharp) -> Option<(u64, f64, f64)> {
