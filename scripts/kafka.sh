@@ -7,7 +7,14 @@
 #   scripts/kafka.sh down DIR  kills that cluster and removes DIR (its data with it).
 #   scripts/kafka.sh stop DIR I / start DIR I [I...]   stops node I (1..N), or starts nodes.
 #   scripts/kafka.sh kill DIR I   kills node I with SIGKILL (a crash, not a shutdown).
+#   scripts/kafka.sh acl DIR ARGS...   Kafka's ACL tool against the cluster (e.g. --add
+#                              --allow-principal User:worker --operation Write --topic T).
 # KAFKA_BROKER_PROPERTIES (lines) is added to every node's server.properties.
+# With KAFKA_SASL=1, `up` also opens a SASL_PLAINTEXT listener (mechanism PLAIN, users admin and
+# worker, passwords admin-secret and worker-secret) under Kafka's StandardAuthorizer: a client
+# there gets only what its ACLs allow; the PLAINTEXT listener's ANONYMOUS is a super user (the
+# tests' own clients and the nodes themselves). Its addresses: KAFKA_SASL_BOOTSTRAP_SERVERS=...
+# before the last two lines.
 # With KAFKA_OWNER_PID set, `up` also takes the cluster down when that process ends. As a
 # nextest setup script (NEXTEST_ENV set), `up` names the cluster to the tests in
 # MEDIA_TEST_KAFKA_DIR and MEDIA_TEST_KAFKA_BOOTSTRAP, and nextest (its parent) owns it.
@@ -89,11 +96,13 @@ logger.state.name = state.change.logger
 logger.state.level = WARN
 EOF
     voters=""; brokers=""; formats=""
-    declare -a BPORT CPORT
+    declare -a BPORT CPORT SPORT
+    sasl_brokers=""
     for i in $(seq 1 "$N"); do
-      BPORT[$i]=$(free_port); CPORT[$i]=$(free_port)
+      BPORT[$i]=$(free_port); CPORT[$i]=$(free_port); SPORT[$i]=$(free_port)
       voters+="${voters:+,}$i@127.0.0.1:${CPORT[$i]}"
       brokers+="${brokers:+,}127.0.0.1:${BPORT[$i]}"
+      sasl_brokers+="${sasl_brokers:+,}127.0.0.1:${SPORT[$i]}"
     done
     rf=$(( N >= 3 ? 3 : 1 )); isr=$(( N >= 3 ? 2 : 1 ))
     # A cluster id as `kafka-storage random-uuid` makes one (a base64url UUID), without a JVM;
@@ -142,6 +151,20 @@ log.segment.bytes=16777216
 log.retention.check.interval.ms=600000
 ${KAFKA_BROKER_PROPERTIES:-}
 EOF
+      if [ "${KAFKA_SASL:-}" = 1 ]; then
+        # Later lines win: the listeners gain a SASL one; the authorizer applies to every
+        # listener, ANONYMOUS (PLAINTEXT and CONTROLLER) being a super user.
+        cat >>"$DIR/node$i/server.properties" <<EOF
+listeners=PLAINTEXT://127.0.0.1:${BPORT[$i]},CONTROLLER://127.0.0.1:${CPORT[$i]},SASL_PLAINTEXT://127.0.0.1:${SPORT[$i]}
+advertised.listeners=PLAINTEXT://127.0.0.1:${BPORT[$i]},SASL_PLAINTEXT://127.0.0.1:${SPORT[$i]}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="admin-secret" user_worker="worker-secret";
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS;User:admin
+allow.everyone.if.no.acl.found=false
+EOF
+      fi
       # The nodes' storage is formatted side by side: a JVM start each.
       java_run kafka.tools.StorageTool format -t "$cluster" -c "$DIR/node$i/server.properties" \
         >>"$DIR/node$i/kafka.log" 2>&1 &
@@ -162,8 +185,18 @@ EOF
       setsid nohup bash -c 'while kill -0 "$1" 2>/dev/null && [ -d "$2" ]; do sleep 1; done; [ -d "$2" ] && "$0" down "$2"' \
         "$0" "$KAFKA_OWNER_PID" "$DIR" >/dev/null 2>&1 &
     fi
+    if [ "${KAFKA_SASL:-}" = 1 ]; then echo "KAFKA_SASL_BOOTSTRAP_SERVERS=$sasl_brokers"; fi
     echo "KAFKA_DIR=$DIR"
     echo "KAFKA_BOOTSTRAP_SERVERS=$brokers"
+    ;;
+  acl)
+    DIR=${2:?usage: kafka.sh acl DIR ARGS...}; shift 2
+    # The tool's own clients log warnings only: its output is the ACLs.
+    sed 's/^rootLogger.level = INFO/rootLogger.level = WARN/; s/^logger.kafka.level = INFO/logger.kafka.level = WARN/' \
+      "$DIR/log4j2.properties" >"$DIR/log4j2-tool.properties"
+    # shellcheck disable=SC2086
+    java $JAVA_OPTS -Dlog4j2.configurationFile="$DIR/log4j2-tool.properties" -cp "$LIBS/*" \
+      org.apache.kafka.tools.AclCommand --bootstrap-server "$(cut -d, -f1 "$DIR/bootstrap")" "$@"
     ;;
   down)
     # Its data goes too, so no controlled shutdown: SIGKILL every node, wait for each to go.
@@ -192,6 +225,6 @@ EOF
     done
     ;;
   *)
-    sed -n '2,14p' "$0"; exit 2
+    sed -n '2,22p' "$0"; exit 2
     ;;
 esac

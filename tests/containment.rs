@@ -135,6 +135,46 @@ async fn a_crashing_decoder_costs_one_job_and_never_the_worker() {
     clean_and_well(&worker, 1);
 }
 
+/// A job process that dies late in its try (held stopped until 17 s of a 20 s
+/// `MEDIA_TIMEOUT_SECS`, then SIGSEGV: a crash at 250 s of a 300 s limit, scaled down) is tried
+/// once more with a time limit of its own. Its retry used to get the 3 s its first try left and
+/// be answered `timeout`, permanent, for a job that takes about 4 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_late_crash_gets_a_time_limit_of_its_own() {
+    let stack = Stack::start(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let worker = pool_of_one(
+        &stack,
+        "g-late-crash",
+        dir.path(),
+        &[("MEDIA_TIMEOUT_SECS", "20")],
+    );
+    let responses = stack.responses();
+    stack.upload_corpus("imageio_meadow_cube.jpg").await;
+    let mut req = request("late-crash", "imageio_meadow_cube.jpg");
+    req.profile = Some("long".into());
+    let idle = sandbox_ticks(&worker);
+    stack.send(&req).await;
+    let pid = busy_sandbox(&worker, &idle, 30);
+    let seen = Instant::now();
+    // SAFETY: signals to a process of this test's worker.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // The try began a little before it was seen busy: at most 3 s of its limit are left.
+    tokio::time::sleep(Duration::from_secs(17).saturating_sub(seen.elapsed())).await;
+    unsafe {
+        libc::kill(pid, libc::SIGSEGV);
+        libc::kill(pid, libc::SIGCONT);
+    }
+    assert!(exits_within(pid, Duration::from_secs(5)), "{pid} survived");
+    let r = responses.take(1, 2 * MINUTE).remove(0).body;
+    assert_eq!(r.status, Status::Completed, "{:?}", r.error);
+    assert!(
+        worker.log().contains("sandbox job process died"),
+        "the crash was not seen"
+    );
+    clean_and_well(&worker, 1);
+}
+
 /// A real image within the pixel limit whose decode needs more than MEDIA_MEMORY_LIMIT_BYTES
 /// (an interlaced PNG is decoded whole) fails `limits_exceeded` naming the memory limit; the
 /// worker's own memory does not grow, and the next job succeeds.

@@ -429,6 +429,11 @@ pub struct OptimizeResponse {
     /// source version with the same profile (nothing was downloaded or transformed).
     #[serde(default)]
     pub replayed: bool,
+    /// True when replayed although the source object no longer exists (deleted once its
+    /// outputs existed): the outputs are those the manifest recorded for this profile, and
+    /// could not be made again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub source_missing: bool,
     /// The request's `metadata`, verbatim (absent when it had none, or was invalid).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,

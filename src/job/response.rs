@@ -62,6 +62,7 @@ fn base(worker: &WorkerInfo, started: Instant) -> OptimizeResponse {
         worker: worker.clone(),
         completed_at: now_rfc3339(),
         replayed: false,
+        source_missing: false,
         metadata: None,
     }
 }

@@ -327,6 +327,8 @@ pub struct KafkaSource {
 
 struct LoopConfig {
     max_in_flight: usize,
+    /// The longest sleep without a wake.
+    safety_poll: Duration,
     group_protocol: GroupProtocol,
     commit_interval: Duration,
     /// Scratch space is one of the checks that gate intake (`Health::intake_blocker`).
@@ -365,6 +367,7 @@ impl KafkaSource {
         let cmd_wake = cmd_tx.clone();
         let cfg = LoopConfig {
             max_in_flight: max_in_flight.max(1),
+            safety_poll: Duration::from_millis(settings.safety_poll_ms),
             group_protocol: settings.group_protocol,
             commit_interval: Duration::from_millis(settings.commit_interval_ms),
             scratch_dir,
@@ -548,7 +551,7 @@ fn poll_loop(
         }
         // Sleep until an ack, a command or a librdkafka queue wakes us.
         let mut st = ctx.state.lock().unwrap();
-        match st.commands.recv_timeout(POLL_TIMEOUT) {
+        match st.commands.recv_timeout(cfg.safety_poll) {
             Ok(cmd) => SourceContext::apply(&mut st, cmd),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => st.closing = true,

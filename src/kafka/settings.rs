@@ -27,6 +27,9 @@ pub struct KafkaSettings {
     /// Response publish attempts before the dead-letter topic is tried.
     pub publish_attempts: u32,
     pub commit_interval_ms: u64,
+    /// The longest the poll loop sleeps with nothing waking it (a safety net; see
+    /// `kafka::consumer`).
+    pub safety_poll_ms: u64,
     pub max_in_flight: usize,
     /// On revoke, how long to wait for the revoked partitions' jobs before letting them go.
     pub revoke_drain_secs: u64,

@@ -53,6 +53,7 @@ pub fn minimal(r: &OptimizeResponse) -> OptimizeResponse {
         worker: r.worker.clone(),
         completed_at: r.completed_at.clone(),
         replayed: false,
+        source_missing: false,
         metadata: r.metadata.clone(),
     }
 }

@@ -19,6 +19,8 @@ use super::*;
 pub struct Broker {
     dir: PathBuf,
     bootstrap: String,
+    /// The SASL/PLAIN listener under Kafka's authorizer ([`Broker::with_authorizer`]).
+    sasl_bootstrap: Option<String>,
     pub nodes: usize,
     /// Taken down when dropped; a shared node belongs to the run.
     owned: bool,
@@ -35,10 +37,14 @@ fn kafka_sh(args: &[&str]) -> String {
 
 /// `broker_properties`: lines added to every node's server.properties.
 fn kafka_sh_with(args: &[&str], broker_properties: &str) -> String {
+    kafka_sh_env(args, &[("KAFKA_BROKER_PROPERTIES", broker_properties)])
+}
+
+fn kafka_sh_env(args: &[&str], env: &[(&str, &str)]) -> String {
     let out = Command::new(script())
         .args(args)
         .env("KAFKA_OWNER_PID", std::process::id().to_string())
-        .env("KAFKA_BROKER_PROPERTIES", broker_properties)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("scripts/kafka.sh {args:?}: {e}"));
@@ -63,6 +69,7 @@ impl Broker {
                 let b = Broker {
                     dir: dir.into(),
                     bootstrap,
+                    sasl_bootstrap: None,
                     nodes: 1,
                     owned: false,
                 };
@@ -80,16 +87,28 @@ impl Broker {
 
     /// A cluster whose nodes have `broker_properties` (server.properties lines) besides ours.
     pub fn cluster_with(nodes: usize, broker_properties: &str) -> Broker {
-        let out = kafka_sh_with(&["up", &nodes.to_string()], broker_properties);
+        Broker::up(nodes, &[("KAFKA_BROKER_PROPERTIES", broker_properties)])
+    }
+
+    /// One node that also listens for SASL/PLAIN clients (users `admin` and `worker`) under
+    /// Kafka's StandardAuthorizer: such a client may do only what [`Broker::acl`] grants. The
+    /// plain listener ([`Broker::bootstrap`]) stays the tests' own, with every right.
+    pub fn with_authorizer() -> Broker {
+        Broker::up(1, &[("KAFKA_SASL", "1")])
+    }
+
+    fn up(nodes: usize, env: &[(&str, &str)]) -> Broker {
+        let out = kafka_sh_env(&["up", &nodes.to_string()], env);
         let value = |key: &str| {
             out.lines()
                 .find_map(|l| l.strip_prefix(key))
-                .unwrap_or_else(|| panic!("no {key} in {out}"))
-                .to_owned()
+                .map(str::to_owned)
         };
+        let required = |key: &str| value(key).unwrap_or_else(|| panic!("no {key} in {out}"));
         let b = Broker {
-            dir: PathBuf::from(value("KAFKA_DIR=")),
-            bootstrap: value("KAFKA_BOOTSTRAP_SERVERS="),
+            dir: PathBuf::from(required("KAFKA_DIR=")),
+            bootstrap: required("KAFKA_BOOTSTRAP_SERVERS="),
+            sasl_bootstrap: value("KAFKA_SASL_BOOTSTRAP_SERVERS="),
             nodes,
             owned: true,
         };
@@ -99,6 +118,26 @@ impl Broker {
 
     pub fn bootstrap(&self) -> String {
         self.bootstrap.clone()
+    }
+
+    /// The worker's environment for the SASL listener, as user `worker`.
+    pub fn sasl_client_env(&self) -> Vec<(&'static str, String)> {
+        let bootstrap = self.sasl_bootstrap.clone().expect("a broker with an authorizer");
+        vec![
+            ("KAFKA_BOOTSTRAP_SERVERS", bootstrap),
+            ("KAFKA_PROPERTY_SECURITY_PROTOCOL", "SASL_PLAINTEXT".into()),
+            ("KAFKA_PROPERTY_SASL_MECHANISM", "PLAIN".into()),
+            ("KAFKA_PROPERTY_SASL_USERNAME", "worker".into()),
+            ("KAFKA_PROPERTY_SASL_PASSWORD", "worker-secret".into()),
+        ]
+    }
+
+    /// Kafka's ACL tool on this cluster (`--add ...`, `--remove --force ...`); its output.
+    pub fn acl(&self, args: &[&str]) -> String {
+        let dir = self.dir.display().to_string();
+        let mut all = vec!["acl", dir.as_str()];
+        all.extend_from_slice(args);
+        kafka_sh(&all)
     }
 
     /// An open port does not prove the cluster serves: wait until metadata names every broker.
