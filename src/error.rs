@@ -35,6 +35,16 @@ pub enum JobError {
         "the source ({source_bytes} bytes) is larger than this worker's scratch file system ({total} bytes of scratch)"
     )]
     ScratchTooSmall { source_bytes: u64, total: u64 },
+    /// The job filled the scratch volume by itself and its outputs were not done: what it
+    /// needs is more than this pod's whole scratch, which no retry and no wait can give it.
+    #[error(
+        "the job's outputs need more than this worker's whole scratch file system: it wrote {written} bytes of its {total} bytes of scratch and was not done ({cause})"
+    )]
+    OutputsTooLarge {
+        written: u64,
+        total: u64,
+        cause: String,
+    },
 }
 
 impl JobError {
@@ -74,7 +84,9 @@ impl JobError {
                 ScanError::Input(_) | ScanError::NotConfigured => ErrorCode::Internal,
             },
             Self::Internal(_) | Self::ScratchFull { .. } => ErrorCode::Internal,
-            Self::ScratchTooSmall { .. } => ErrorCode::LimitsExceeded,
+            Self::ScratchTooSmall { .. } | Self::OutputsTooLarge { .. } => {
+                ErrorCode::LimitsExceeded
+            }
         }
     }
 
@@ -98,6 +110,7 @@ impl JobError {
             Self::InvalidRequest(_)
                 | Self::Malware(_)
                 | Self::ScratchTooSmall { .. }
+                | Self::OutputsTooLarge { .. }
                 | Self::ScratchFull { .. }
         );
         let dependency = self.is_transient() && !self.is_local();

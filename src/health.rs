@@ -15,8 +15,8 @@ use serde::Serialize;
 
 use crate::storage::Storage;
 
-/// Consecutive failed offset commits after which the worker is not ready: its finished work is
-/// not being recorded, so a restart would redo it.
+/// Failed offset commits in a row (on any one partition) after which the worker is not ready:
+/// its finished work is not being recorded, so a restart would redo it.
 pub const MAX_COMMIT_FAILURES: u32 = 3;
 
 #[derive(Debug)]
@@ -48,7 +48,7 @@ pub struct Readiness {
     /// for a full scratch needs.
     pub scratch: bool,
     pub scratch_free_bytes: Option<u64>,
-    /// Fewer than `MAX_COMMIT_FAILURES` offset commits failed in a row.
+    /// No partition had `MAX_COMMIT_FAILURES` offset commits rejected in a row.
     pub commits: bool,
     /// No finished job is stuck with a response that can be neither published nor
     /// dead-lettered (its offset is held meanwhile).
@@ -83,12 +83,9 @@ impl Health {
     pub fn set_sandbox_ok(&self, ok: bool) -> bool {
         self.sandbox_ok.swap(ok, Ordering::Relaxed)
     }
-    pub fn commit_result(&self, ok: bool) {
-        if ok {
-            self.commit_failures.store(0, Ordering::Relaxed);
-        } else {
-            self.commit_failures.fetch_add(1, Ordering::Relaxed);
-        }
+    /// The most commits rejected in a row on one partition (the consumer's offset tracker).
+    pub fn set_commit_failures(&self, in_a_row: u32) {
+        self.commit_failures.store(in_a_row, Ordering::Relaxed);
     }
 
     /// A message starts (`true`) or stops being unpublishable.
@@ -209,11 +206,9 @@ mod tests {
         assert!(!h.readiness(dir.path()).storage);
         h.set_storage_ok(true);
 
-        for _ in 0..MAX_COMMIT_FAILURES {
-            h.commit_result(false);
-        }
+        h.set_commit_failures(MAX_COMMIT_FAILURES);
         assert!(!h.readiness(dir.path()).commits);
-        h.commit_result(true);
+        h.set_commit_failures(0);
         assert!(h.readiness(dir.path()).ready);
 
         h.publish_blocked(true);

@@ -92,6 +92,7 @@ pub fn free_bytes(root: &Path) -> Option<u64> {
 /// The scratch file system's state, as `statvfs` gives it (what an unprivileged writer may use).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Space {
+    /// The size an unprivileged writer could ever fill (the blocks kept for root excluded).
     pub total: u64,
     pub free: u64,
     pub free_inodes: u64,
@@ -109,11 +110,17 @@ impl Space {
             return None;
         }
         let unit = st.f_frsize as u64;
+        let kept_for_root = (st.f_bfree as u64).saturating_sub(st.f_bavail as u64);
         Some(Space {
-            total: st.f_blocks as u64 * unit,
+            total: (st.f_blocks as u64).saturating_sub(kept_for_root) * unit,
             free: st.f_bavail as u64 * unit,
             free_inodes: st.f_favail as u64,
         })
+    }
+
+    /// What one job could have with the volume to itself.
+    pub fn room(&self) -> u64 {
+        self.total.saturating_sub(KEEP_FREE)
     }
 
     /// Too full for a job needing `needed` bytes: less free than that, than the operator's
@@ -196,11 +203,22 @@ impl Admission {
         let Some(space) = Space::of(&self.root) else {
             return Ok(source_bytes.saturating_mul(2));
         };
-        let room = space.total.saturating_sub(KEEP_FREE);
+        let room = space.room();
         if source_bytes > room {
             return Err(space.total);
         }
         Ok(source_bytes.saturating_mul(2).min(room))
+    }
+
+    /// The most one job could ever have here: the whole volume less what the file system keeps
+    /// (`None` when the volume cannot be read).
+    pub fn room(&self) -> Option<u64> {
+        Space::of(&self.root).map(|s| s.room())
+    }
+
+    /// Scratch reserved now by the jobs running.
+    pub fn reserved(&self) -> u64 {
+        *self.reserved.lock().unwrap()
     }
 
     /// Takes `need` bytes now if they fit.

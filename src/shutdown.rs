@@ -9,7 +9,9 @@
 //!    they are redelivered; every job attempt's token ([`Shutdown::job`]) is cancelled, which
 //!    stops its native work (ffmpeg is killed).
 //! 3. **Finish** ([`Shutdown::finish`], once the consumer has made its final commit and left the
-//!    group and the producer is flushed). The HTTP server and the background probes stop.
+//!    group and the producer is flushed, or the time for them is up: each of those steps is
+//!    bounded by what is left of `SHUTDOWN_TIMEOUT_SECS`, since with the group coordinator or
+//!    the brokers gone none of them would end). The HTTP server and the background probes stop.
 //!
 //! Abandoning implies draining. Tokens only ever go from running to stopped.
 
@@ -28,7 +30,8 @@ pub trait Stoppable {
     /// were.
     fn abandon(&self) -> usize;
     /// Before step 3: close the media processes, make the final commit, leave the group and
-    /// flush the producer, within `left`.
+    /// flush the producer; each bounded by what is left of `left`, so that the whole returns
+    /// within it.
     fn close(self, left: Duration) -> impl Future<Output = ()> + Send;
 }
 

@@ -42,11 +42,18 @@ async fn a_response_refused_for_lack_of_authorisation_is_held_until_it_is_grante
     let dlq = stack.own("media.optimize.dlq");
     stack.broker.create_topic(&dlq, 1);
     let grant = |op: &str, what: &[&str]| {
-        let mut args = vec!["--add", "--allow-principal", "User:worker", "--operation", op];
+        let mut args = vec![
+            "--add",
+            "--allow-principal",
+            "User:worker",
+            "--operation",
+            op,
+        ];
         args.extend_from_slice(what);
         stack.broker.acl(&args);
     };
-    let (response_topic, request_topic) = (stack.response_topic.clone(), stack.request_topic.clone());
+    let (response_topic, request_topic) =
+        (stack.response_topic.clone(), stack.request_topic.clone());
     grant("Read", &["--topic", &request_topic]);
     grant("Read", &["--group", &group]);
     let writes = [
@@ -70,10 +77,7 @@ async fn a_response_refused_for_lack_of_authorisation_is_held_until_it_is_grante
     stack.upload_corpus("pillow_flower.jpg").await;
     let responses = stack.responses();
     stack.send(&request("granted", "pillow_flower.jpg")).await;
-    assert_eq!(
-        responses.take(1, MINUTE)[0].body.status,
-        Status::Completed
-    );
+    assert_eq!(responses.take(1, MINUTE)[0].body.status, Status::Completed);
     wait_until("the first offset committed", MINUTE, || {
         (stack.committed("g-acl", 1) == vec![1]).then_some(())
     })
@@ -206,10 +210,7 @@ async fn a_progress_topic_that_takes_nothing_never_holds_a_response() {
     let got = responses.take(1, MINUTE).remove(0).body;
     let took = sent.elapsed();
     assert_eq!(got.status, Status::Completed);
-    eprintln!(
-        "answered in {took:?} (the job {} ms)",
-        got.duration_ms
-    );
+    eprintln!("answered in {took:?} (the job {} ms)", got.duration_ms);
     // Each event is bounded (5 s), and the follower waits for at most the one in flight.
     assert!(
         took < Duration::from_secs(20),
@@ -234,7 +235,10 @@ async fn a_kept_partition_wakes_the_consumer_after_a_rebalance() {
     let stack = Stack::start(2).await;
     let mut env = stack.worker_env("g-kept");
     env.insert("WORKER_ID".into(), "keeper".into());
-    env.insert("MEDIA_WORKER_KAFKA__SAFETY_POLL_MS".into(), "3600000".into());
+    env.insert(
+        "MEDIA_WORKER_KAFKA__SAFETY_POLL_MS".into(),
+        "3600000".into(),
+    );
     env.insert("KAFKA_PROPERTY_STATISTICS_INTERVAL_MS".into(), "0".into());
     let keeper = Worker::start(&env);
     wait_until("both partitions assigned", MINUTE, || {
@@ -306,10 +310,7 @@ async fn shutdown_with_the_coordinator_down_ends_within_its_budget() {
     stack.upload_corpus("pillow_flower.jpg").await;
     let responses = stack.responses();
     stack.send(&request("before", "pillow_flower.jpg")).await;
-    assert_eq!(
-        responses.take(1, MINUTE)[0].body.status,
-        Status::Completed
-    );
+    assert_eq!(responses.take(1, MINUTE)[0].body.status, Status::Completed);
     drop(responses);
     stack.broker.kill_node(1);
     let stopping = Instant::now();

@@ -339,7 +339,10 @@ async fn outputs_larger_than_the_scratch_are_the_requests_whatever_the_encoder()
         .log()
         .matches("outputs larger than the whole scratch volume")
         .count();
-    assert!(recognised >= 3, "{recognised} failures recognised as the volume's size");
+    assert!(
+        recognised >= 3,
+        "{recognised} failures recognised as the volume's size"
+    );
     wait_for("offsets committed", MINUTE, || {
         (stack.committed("g-encoders", 1) == vec![3]).then_some(())
     });
@@ -347,7 +350,10 @@ async fn outputs_larger_than_the_scratch_are_the_requests_whatever_the_encoder()
 
 /// Answered `limits_exceeded`, naming what the job wrote and the volume's size.
 fn too_large_for_the_scratch(r: &media_worker::contract::OptimizeResponse, what: &str) {
-    let error = r.error.as_ref().unwrap_or_else(|| panic!("{what}: not failed: {r:?}"));
+    let error = r
+        .error
+        .as_ref()
+        .unwrap_or_else(|| panic!("{what}: not failed: {r:?}"));
     assert_eq!(
         error.code,
         media_worker::contract::ErrorCode::LimitsExceeded,
@@ -362,7 +368,7 @@ fn too_large_for_the_scratch(r: &media_worker::contract::OptimizeResponse, what:
     eprintln!("{what}: {} after {} attempts", error.message, r.attempts);
 }
 
-/// The review's trigger: a 20-second 720p noise video (a 0.7 MB upload) with the streaming
+/// The review's trigger: a 20-second 720p noise video (2.7 MB here) with the streaming
 /// profile on a 24 MiB scratch. Its renditions can never fit: the need became twice what it
 /// wrote, about twice the volume, and the job waited forever with the pod not ready and its
 /// partition paused (and after a restart the next worker the same). Now it is the request's:
@@ -403,10 +409,21 @@ async fn a_video_whose_outputs_can_never_fit_the_scratch_is_answered_not_held() 
     stack.send(&req).await;
     stack.send(&request("after", "pillow_flower.jpg")).await;
     let got = responses.take(2, 5 * MINUTE);
-    let noise = got.iter().find(|r| r.key == "noise").expect("noise answered");
+    let noise = got
+        .iter()
+        .find(|r| r.key == "noise")
+        .expect("noise answered");
     too_large_for_the_scratch(&noise.body, "noise video");
-    let after = got.iter().find(|r| r.key == "after").expect("next answered");
-    assert_eq!(after.body.status, Status::Completed, "{:?}", after.body.error);
+    let after = got
+        .iter()
+        .find(|r| r.key == "after")
+        .expect("next answered");
+    assert_eq!(
+        after.body.status,
+        Status::Completed,
+        "{:?}",
+        after.body.error
+    );
     wait_for("offsets committed", MINUTE, || {
         (stack.committed("g-video-fill", 1) == vec![2]).then_some(())
     });

@@ -145,10 +145,7 @@ async fn an_unpublishable_response_is_dead_lettered() {
     assert_eq!(d["request"], r#"{"media_id":"m1"}"#);
     assert_eq!(d["response"]["status"], "completed");
     assert!(
-        d["error"]
-            .as_str()
-            .unwrap()
-            .contains("InvalidRecord"),
+        d["error"].as_str().unwrap().contains("InvalidRecord"),
         "{d}"
     );
     assert!(
@@ -279,7 +276,9 @@ struct InProcess {
 }
 
 impl InProcess {
-    fn start(cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext>) -> InProcess {
+    fn start(
+        cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    ) -> InProcess {
         use media_worker::storage::LocalStorage;
         let tmp = tempfile::tempdir().unwrap();
         let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");

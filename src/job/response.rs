@@ -21,6 +21,8 @@ pub struct Done {
     pub produced: Produced,
     /// Answered from a stored manifest (see `stages::manifest`).
     pub replayed: bool,
+    /// Replayed with the source gone (see `manifest::lookup_without_source`).
+    pub source_missing: bool,
 }
 
 /// What a failed attempt had learnt before it failed.
@@ -83,7 +85,11 @@ pub fn for_request(
     r.metadata = req.metadata.clone();
     r.attempts = attempts;
     match ending {
-        Ending::Done(Done { produced, replayed }) => {
+        Ending::Done(Done {
+            produced,
+            replayed,
+            source_missing,
+        }) => {
             r.success = true;
             r.status = if produced.warnings.is_empty() {
                 Status::Completed
@@ -97,6 +103,7 @@ pub fn for_request(
             r.analysis = produced.analysis;
             r.warnings = produced.warnings;
             r.replayed = replayed;
+            r.source_missing = source_missing;
         }
         Ending::Failed { failure, partial } => {
             r.analysis = partial.scan.map(|v| Analysis::with_scan(None, v));

@@ -20,7 +20,7 @@ use crate::shutdown::Shutdown;
 use crate::stages::manifest::{self, Manifest, Produced};
 use crate::stages::resume;
 use crate::stages::{download, upload};
-use crate::storage::Head;
+use crate::storage::{Head, StorageError};
 
 use super::response::{self, Done, Ending, Failure, Partial};
 use super::services::Services;
@@ -131,16 +131,25 @@ impl JobRunner {
             manifest::profile_of(req),
         );
         let fingerprint = manifest::fingerprint(&svc.settings, profile);
-        // One HEAD of the source: its ETag for the manifest, its size for admission.
-        let head = svc.storage.head(&req.source).await.ok();
+        // One HEAD of the source: its ETag for the manifest, its size for admission. A source
+        // that is gone is answered from its manifest when that records this profile (a request
+        // delivered again after its original was deleted: see `manifest::lookup_without_source`).
+        let head = svc.storage.head(&req.source).await;
+        let source_missing = matches!(head, Err(StorageError::NotFound { .. }));
+        let head = head.ok();
         let etag = head.as_ref().and_then(|h| h.etag.as_deref());
-        let stored = manifest::lookup(&*svc.storage, bucket, &fingerprint, req, etag).await;
+        let stored = if source_missing {
+            manifest::lookup_without_source(&*svc.storage, bucket, req).await
+        } else {
+            manifest::lookup(&*svc.storage, bucket, &fingerprint, req, etag).await
+        };
         if let Some(done) = stored.map(|m| Done {
             produced: m.replay(req),
             replayed: true,
+            source_missing,
         }) {
             svc.metrics.replays.inc();
-            tracing::info!(job = job.id(), "replayed from the manifest");
+            tracing::info!(job = job.id(), source_missing, "replayed from the manifest");
             return response::for_request(&svc.worker, req, Ending::Done(done), 1, started);
         }
         let settings = &svc.settings;
@@ -255,6 +264,12 @@ impl JobRunner {
         r.map_err(|(f, partial)| (self.by_pod_state(f, &scratch, need), partial))
     }
 
+    /// Whether this job is alone on the scratch: no other job of this pod holds space there
+    /// (`need`: its own reservation).
+    fn alone_on_scratch(&self, need: u64) -> bool {
+        self.svc.admission.reserved() <= need
+    }
+
     /// Admission by need, before anything is downloaded: the source's size from its HEAD (the
     /// job's, or a new one when that failed), what the job is expected to need
     /// ([`scratch::Admission::need_for`], or `needs` when an earlier attempt found it needed
@@ -307,7 +322,12 @@ impl JobRunner {
     /// input's, whatever words the library used (libjpeg's "Output file write error", ffmpeg's
     /// "No space left", a short download): retried, and while the space is not back the pod
     /// steps aside and the job is held. What the job is known to need (what it expected, and
-    /// more than it had written when it failed) must be free before it runs again.
+    /// more than it had written when it failed: twice that) must be free before it runs again.
+    ///
+    /// A need beyond the whole volume can never be met, so holding would stop the pod for good
+    /// (and, redelivered, the next one): it is the request's, `limits_exceeded` with the
+    /// figures, once the job has met the full volume alone. Sharing it, it runs again alone
+    /// (it reserves all the volume could give), which decides.
     fn by_pod_state(&self, failure: Failure, scratch: &ScratchDir, need: u64) -> Failure {
         let settings = &self.svc.settings.worker;
         if let JobError::Media(MediaError::NotStarted(_)) = failure.error {
@@ -320,9 +340,25 @@ impl JobRunner {
         let Some(space) = scratch::Space::of(&settings.tmp_dir) else {
             return failure;
         };
-        let needed = need.max(scratch::used_bytes(scratch.path()).saturating_mul(2));
+        let written = scratch::used_bytes(scratch.path());
+        let mut needed = need.max(written.saturating_mul(2));
         if !space.near_full(settings.min_scratch_free_bytes, needed) {
             return failure;
+        }
+        if needed > space.room() {
+            if self.alone_on_scratch(need) {
+                tracing::warn!(stage = failure.stage.as_str(), error = %failure.error, written,
+                    total = space.total, "outputs larger than the whole scratch volume: the request's failure");
+                return Failure {
+                    stage: failure.stage,
+                    error: JobError::OutputsTooLarge {
+                        written,
+                        total: space.total,
+                        cause: failure.error.to_string(),
+                    },
+                };
+            }
+            needed = space.room();
         }
         self.svc.health.want_scratch(needed);
         tracing::warn!(stage = failure.stage.as_str(), error = %failure.error, free = space.free,
@@ -480,9 +516,10 @@ impl JobRunner {
             if let Some(m) = Manifest::of(req, fingerprint, &produced) {
                 manifest::record(to.storage, to.bucket, req, &m, &scratch_path).await?;
             }
-            Ok::<_, crate::storage::StorageError>(Done {
+            Ok::<_, StorageError>(Done {
                 produced,
                 replayed: false,
+                source_missing: false,
             })
         });
         or_cancelled(cancel, Stage::Upload, upload)

@@ -7,7 +7,9 @@
 //!   type crosses the channel).
 //! - When a job's response is published, the worker sends the delivery's token back through an
 //!   [`Acker`]; the thread marks it finished. Every `commit_interval` it commits, per partition,
-//!   the lowest unfinished offset (async). Nothing is stored or committed on receipt.
+//!   the lowest unfinished offset (async). Nothing is stored or committed on receipt. A position
+//!   is committed when the commit's result (the commit callback, served by this thread's polls)
+//!   says so: a rejected one is sent again on the next turn ([`OffsetTracker`]).
 //! - Flow control: each assigned partition's messages come through its own queue (split from
 //!   the consumer's), and the thread takes from those queues only while fewer than
 //!   `max_in_flight` messages are unfinished. The consumer's own queue (rebalances, commit
@@ -22,14 +24,22 @@
 //!   reaction because librdkafka discards the prefetch on pause and takes about half a second
 //!   to fetch again after resume, which would cap short jobs at `max_in_flight` per cycle.
 //! - The loop sleeps on its command channel: acks, shutdown commands and librdkafka's
-//!   "queue no longer empty" callbacks all wake it.
+//!   "queue no longer empty" callbacks all wake it (`safety_poll_ms` bounds the sleep, a net
+//!   for a missed wake). A partition's queue is taken from librdkafka once per assignment
+//!   change, and librdkafka never forwards it back to the consumer's queue while the
+//!   application holds it; the handles of the previous assignment are dropped before the new
+//!   ones are taken, because dropping a handle clears the wake callback of the queue it names,
+//!   which for a kept partition is the same queue the new handle just registered.
 //! - Revoke is a barrier: inside the rebalance callback (on this thread) it waits up to
 //!   `revoke_drain` for the revoked partitions' jobs, applying their acks as they come, commits
 //!   synchronously what finished, then lets the partitions go. Jobs that finish later carry a
 //!   stale generation and never commit for a partition we no longer own.
 //! - Shutdown: `stop_fetching` pauses everything and drops any message still polled (never
-//!   dispatched, so never committed: it will be redelivered). `close` commits synchronously and
-//!   closes the consumer, which leaves the group.
+//!   dispatched, so never committed: it will be redelivered). `close` commits what finished and
+//!   closes the consumer (the final revoke, the outstanding commit, leaving the group) within
+//!   the time it is given: with the group coordinator down neither can complete, and the pod
+//!   must still exit before its grace period ends. What is not committed by then is
+//!   redelivered.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -49,8 +59,10 @@ use super::settings::{GroupProtocol, KafkaSettings};
 use crate::health::Health;
 use crate::telemetry::Metrics;
 
-/// The longest the loop sleeps without anything waking it (a safety net for missed wakes).
-const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+/// How often the revoke barrier looks at the clock while it waits for jobs.
+const REVOKE_CHECK: Duration = Duration::from_millis(100);
+/// How long closing may take when the worker gave no deadline (it went away).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Consumer-queue polls per turn of the loop (an empty poll costs about 0.1 µs).
 const EVENTS_PER_TURN: usize = 32;
 
@@ -71,7 +83,8 @@ enum Command {
     /// A librdkafka queue went from empty to non-empty.
     Wake,
     StopFetching,
-    Close,
+    /// Commit, leave the group and end by this deadline.
+    Close(Instant),
 }
 
 /// Reports finished messages to the poll thread.
@@ -90,6 +103,8 @@ struct LoopState {
     commands: Receiver<Command>,
     stopping: bool,
     closing: bool,
+    /// When closing must be done.
+    close_by: Option<Instant>,
     paused: bool,
     /// The assignment changed: the partition queues must be split again.
     reassigned: bool,
@@ -159,11 +174,28 @@ impl ConsumerContext for SourceContext {
         }
     }
 
+    /// The result of an async commit (served by this thread's polls, never under the state
+    /// lock): per partition, committed or to be sent again.
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
-        self.health.commit_result(result.is_ok());
-        if let Err(e) = result {
+        let mut st = self.state.lock().unwrap();
+        let mut failed = Vec::new();
+        for e in offsets.elements() {
+            let Offset::Offset(position) = e.offset() else {
+                continue;
+            };
+            // A partition's own error, or the request's.
+            let error = e.error().err().or_else(|| result.clone().err());
+            let tp = (e.topic().to_owned(), e.partition());
+            st.tracker.commit_result(&tp, position, error.is_none());
+            if let Some(error) = error {
+                failed.push((tp, position, error.to_string()));
+            }
+        }
+        self.health
+            .set_commit_failures(st.tracker.commit_failures());
+        if !failed.is_empty() || result.is_err() {
             self.metrics.commit_failures.inc();
-            tracing::warn!(error = %e, offsets = ?offsets.to_topic_map(), "offset commit failed");
+            tracing::warn!(result = ?result, ?failed, "offset commit failed; sent again at the next commit");
         }
     }
 }
@@ -183,9 +215,10 @@ impl SourceContext {
             }
             Command::Wake => {}
             Command::StopFetching => st.stopping = true,
-            Command::Close => {
+            Command::Close(by) => {
                 st.stopping = true;
                 st.closing = true;
+                st.close_by = Some(by);
             }
         }
     }
@@ -205,7 +238,8 @@ impl SourceContext {
         }
     }
 
-    /// Commits positions (only of `only`, when given). Sync commits send every known position.
+    /// Commits positions (only of `only`, when given). Sync commits send every known position;
+    /// an async one's result comes to [`ConsumerContext::commit_callback`].
     fn commit(
         &self,
         consumer: &BaseConsumer<Self>,
@@ -227,17 +261,24 @@ impl SourceContext {
             let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*pos));
         }
         self.metrics.commits.inc();
-        match consumer.commit(&tpl, mode) {
-            Ok(()) => {
-                for (tp, pos) in &positions {
-                    st.tracker.mark_committed(tp, *pos);
-                }
+        for (tp, pos) in &positions {
+            st.tracker.commit_sent(tp, *pos);
+        }
+        let result = match mode {
+            CommitMode::Sync => consumer.commit(&tpl, mode),
+            CommitMode::Async => commit_async(consumer, &tpl),
+        };
+        // An async commit that was queued is answered later, in the callback.
+        if result.is_err() || matches!(mode, CommitMode::Sync) {
+            for (tp, pos) in &positions {
+                st.tracker.commit_result(tp, *pos, result.is_ok());
             }
-            Err(e) => {
-                self.metrics.commit_failures.inc();
-                self.health.commit_result(false);
-                tracing::warn!(error = %e, ?positions, "offset commit failed");
-            }
+            self.health
+                .set_commit_failures(st.tracker.commit_failures());
+        }
+        if let Err(e) = result {
+            self.metrics.commit_failures.inc();
+            tracing::warn!(error = %e, ?positions, "offset commit failed; sent again at the next commit");
         }
     }
 
@@ -268,13 +309,20 @@ impl SourceContext {
             if left.is_zero() {
                 break;
             }
-            match st.commands.recv_timeout(left.min(POLL_TIMEOUT)) {
+            match st.commands.recv_timeout(left.min(REVOKE_CHECK)) {
                 Ok(cmd) => Self::apply(&mut st, cmd),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         }
-        self.commit(consumer, &mut st, Some(&revoked), CommitMode::Sync);
+        // Closing, the commit is awaited with the close, within its deadline: a synchronous one
+        // waits for a coordinator without bound.
+        let mode = if st.closing {
+            CommitMode::Async
+        } else {
+            CommitMode::Sync
+        };
+        self.commit(consumer, &mut st, Some(&revoked), mode);
         let abandoned: usize = revoked.iter().map(|tp| st.tracker.in_flight_on(tp)).sum();
         for tp in &revoked {
             st.tracker.revoke(tp);
@@ -319,6 +367,34 @@ impl SourceContext {
     }
 }
 
+/// An async commit whose result comes back as an event on the consumer's queue, served by its
+/// polls into [`ConsumerContext::commit_callback`]. rust-rdkafka's `commit(Async)` loses the
+/// result: librdkafka posts a manual commit's result only to a reply queue or to an
+/// `offset_commit_cb`, and rust-rdkafka 0.39 sets neither (it takes events instead), so a
+/// rejected commit went unseen (`COMMITFAIL` in librdkafka's log, nothing else).
+fn commit_async(
+    consumer: &BaseConsumer<SourceContext>,
+    tpl: &TopicPartitionList,
+) -> KafkaResult<()> {
+    use rdkafka::bindings as rd;
+    let rk = consumer.client().native_ptr();
+    // SAFETY: `rk` is a live consumer; the queue handle is ours and destroyed here (the commit
+    // keeps its own reference to the queue); `tpl` is copied by librdkafka.
+    let err = unsafe {
+        let queue = rd::rd_kafka_queue_get_consumer(rk);
+        if queue.is_null() {
+            return Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::UnknownGroup));
+        }
+        let err = rd::rd_kafka_commit_queue(rk, tpl.ptr(), queue, None, std::ptr::null_mut());
+        rd::rd_kafka_queue_destroy(queue);
+        err
+    };
+    match RDKafkaErrorCode::from(err) {
+        RDKafkaErrorCode::NoError => Ok(()),
+        code => Err(KafkaError::ConsumerCommit(code)),
+    }
+}
+
 /// The running consumer thread.
 pub struct KafkaSource {
     commands: Sender<Command>,
@@ -353,6 +429,7 @@ impl KafkaSource {
                 commands: cmd_rx,
                 stopping: false,
                 closing: false,
+                close_by: None,
                 paused: false,
                 reassigned: false,
             }),
@@ -391,9 +468,11 @@ impl KafkaSource {
         let _ = self.commands.send(Command::StopFetching);
     }
 
-    /// Commits what finished, leaves the group and joins the thread (blocking).
-    pub fn close(mut self) {
-        let _ = self.commands.send(Command::Close);
+    /// Commits what finished, leaves the group and joins the thread (blocking), within
+    /// `within`: what is not done by then is left (uncommitted work is redelivered).
+    pub fn close(mut self, within: Duration) {
+        let by = Instant::now() + within;
+        let _ = self.commands.send(Command::Close(by));
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -452,8 +531,8 @@ impl Dispatcher {
     }
 }
 
-/// One handle per assigned partition, taken again after every assignment change (an assign
-/// re-attaches a partition's queue to the consumer's).
+/// One handle per assigned partition, taken again after every assignment change. The previous
+/// handles must be dropped first (see the module doc): their drop clears the wake callback.
 fn split_queues(consumer: &Consumer, assigned: Vec<Tp>, wake: &Sender<Command>) -> Queues {
     assigned
         .into_iter()
@@ -509,6 +588,7 @@ fn poll_loop(
                 break;
             }
             if std::mem::take(&mut st.reassigned) {
+                drop(std::mem::take(&mut queues));
                 let assigned = st.tracker.partitions().cloned().collect();
                 queues = split_queues(&consumer, assigned, &wake);
             }
@@ -557,13 +637,36 @@ fn poll_loop(
             Err(RecvTimeoutError::Disconnected) => st.closing = true,
         }
     }
-    {
+    let by = {
         let mut st = ctx.state.lock().unwrap();
-        ctx.commit(&consumer, &mut st, None, CommitMode::Sync);
-    }
-    // The queues hold the consumer: release them first. Dropping the consumer closes it: a
-    // final (skipped-drain) revoke, then it leaves the group.
+        ctx.commit(&consumer, &mut st, None, CommitMode::Async);
+        st.close_by
+            .unwrap_or_else(|| Instant::now() + CLOSE_TIMEOUT)
+    };
+    // The queues hold the consumer: release them first.
     drop(queues);
+    close_by(consumer, by);
+}
+
+/// Closes the consumer: a final (skipped-drain) revoke, the outstanding commits, leaving the
+/// group, each served by polls here until librdkafka says it is closed or `by` passes. Past
+/// it, the consumer is left as it is (its drop would wait without bound, rust-rdkafka #509)
+/// for the process's exit: what it had not committed is redelivered.
+fn close_by(consumer: Consumer, by: Instant) {
+    if let Err(e) = consumer.close_queue() {
+        tracing::warn!(error = %e, "closing the consumer failed");
+    }
+    while !consumer.closed() {
+        let left = by.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            tracing::warn!(
+                "consumer not closed by the shutdown deadline (group coordinator unreachable?): left as it is"
+            );
+            std::mem::forget(consumer);
+            return;
+        }
+        let _ = consumer.poll(left.min(REVOKE_CHECK));
+    }
     drop(consumer);
     tracing::info!("consumer closed");
 }

@@ -14,6 +14,12 @@
 //! A message below the partition's committed position is finished work (a commit covers only
 //! finished offsets): one fetched before a rebalance split the partition's queue can still
 //! arrive, and is not dispatched again.
+//!
+//! A position counts as committed when the broker says so, not when the commit is sent: a
+//! commit the broker rejects is sent again on the next turn, though nothing new finishes on the
+//! partition (an idle partition would otherwise keep its finished work uncommitted until a
+//! revoke, and a crash would redo it). Each partition counts its rejected commits in a row:
+//! one that keeps failing makes the pod not ready even while the others commit.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -35,8 +41,12 @@ struct PartitionState {
     in_flight: BTreeSet<i64>,
     /// One past the highest dispatched offset.
     next: Option<i64>,
-    /// Last position sent in a commit.
+    /// Last position sent in a commit not known to have failed.
+    sent: Option<i64>,
+    /// Last position the broker acknowledged.
     committed: Option<i64>,
+    /// Commits rejected in a row.
+    failures: u32,
 }
 
 impl PartitionState {
@@ -84,7 +94,8 @@ impl OffsetTracker {
     /// offset is below the position already committed (finished work: not done twice).
     pub fn dispatched(&mut self, topic: &str, partition: i32, offset: i64) -> Option<OffsetToken> {
         let st = self.parts.get_mut(&(topic.to_owned(), partition))?;
-        if st.committed.is_some_and(|c| offset < c) {
+        // Sent positions cover finished work only, whether or not the broker has taken them.
+        if st.sent.max(st.committed).is_some_and(|c| offset < c) {
             return None;
         }
         st.in_flight.insert(offset);
@@ -124,25 +135,46 @@ impl OffsetTracker {
         self.parts.get(tp).map_or(0, |s| s.in_flight.len())
     }
 
-    /// Positions that moved since the last commit (`all`: every known position, for the
-    /// synchronous commits on revoke and shutdown).
+    /// Positions that moved since the last commit sent, or whose commit failed (`all`: every
+    /// known position, for the commits on revoke and shutdown).
     pub fn committable(&self, all: bool) -> Vec<(Tp, i64)> {
         let mut v: Vec<(Tp, i64)> = self
             .parts
             .iter()
             .filter_map(|(tp, st)| {
                 let pos = st.position()?;
-                (all || st.committed.is_none_or(|c| pos > c)).then(|| (tp.clone(), pos))
+                (all || st.sent.is_none_or(|c| pos > c)).then(|| (tp.clone(), pos))
             })
             .collect();
         v.sort();
         v
     }
 
-    pub fn mark_committed(&mut self, tp: &Tp, position: i64) {
+    /// A commit of `position` was sent: not sent again unless it fails.
+    pub fn commit_sent(&mut self, tp: &Tp, position: i64) {
         if let Some(st) = self.parts.get_mut(tp) {
-            st.committed = Some(st.committed.map_or(position, |c| c.max(position)));
+            st.sent = Some(st.sent.map_or(position, |c| c.max(position)));
         }
+    }
+
+    /// The broker's answer to a commit of `position` (of a partition still assigned).
+    pub fn commit_result(&mut self, tp: &Tp, position: i64, ok: bool) {
+        let Some(st) = self.parts.get_mut(tp) else {
+            return;
+        };
+        if ok {
+            st.committed = Some(st.committed.map_or(position, |c| c.max(position)));
+            st.failures = 0;
+        } else {
+            // Sent again on the next turn.
+            st.sent = st.committed;
+            st.failures += 1;
+        }
+    }
+
+    /// The most commits rejected in a row on any partition.
+    pub fn commit_failures(&self) -> u32 {
+        self.parts.values().map(|s| s.failures).max().unwrap_or(0)
     }
 }
 
@@ -164,7 +196,8 @@ mod tests {
         assert!(t.finished(&c));
         assert!(t.finished(&b));
         assert_eq!(t.committable(false), vec![(tp(0), 10)]);
-        t.mark_committed(&tp(0), 10);
+        t.commit_sent(&tp(0), 10);
+        t.commit_result(&tp(0), 10, true);
         assert!(
             t.committable(false).is_empty(),
             "nothing new until the slow one ends"
@@ -236,7 +269,8 @@ mod tests {
             assert!(t.finished(&done));
         }
         assert_eq!(t.committable(false), vec![(tp(0), 6)]);
-        t.mark_committed(&tp(0), 6);
+        t.commit_sent(&tp(0), 6);
+        t.commit_result(&tp(0), 6, true);
         assert!(
             t.dispatched("req", 0, 4).is_none(),
             "finished and committed"
@@ -251,5 +285,36 @@ mod tests {
             Vec::new(),
             "and the position never goes back"
         );
+    }
+
+    #[test]
+    fn a_rejected_commit_is_sent_again_and_counted_per_partition() {
+        let mut t = OffsetTracker::default();
+        t.assign(tp(0));
+        t.assign(tp(1));
+        let done = t.dispatched("req", 0, 0).unwrap();
+        assert!(t.finished(&done));
+        let other = t.dispatched("req", 1, 0).unwrap();
+        assert!(t.finished(&other));
+        assert_eq!(t.committable(false), vec![(tp(0), 1), (tp(1), 1)]);
+        for (p, _) in t.committable(false) {
+            t.commit_sent(&p, 1);
+        }
+        assert!(t.committable(false).is_empty(), "in flight: not sent twice");
+        t.commit_result(&tp(0), 1, false);
+        t.commit_result(&tp(1), 1, true);
+        assert_eq!(
+            t.committable(false),
+            vec![(tp(0), 1)],
+            "the rejected one again, though nothing new finished"
+        );
+        assert_eq!(t.commit_failures(), 1);
+        t.commit_sent(&tp(0), 1);
+        t.commit_result(&tp(0), 1, false);
+        assert_eq!(t.commit_failures(), 2, "counted per partition, in a row");
+        t.commit_sent(&tp(0), 1);
+        t.commit_result(&tp(0), 1, true);
+        assert_eq!(t.commit_failures(), 0);
+        assert!(t.committable(false).is_empty());
     }
 }

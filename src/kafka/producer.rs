@@ -8,8 +8,12 @@
 //!    `publish_attempts` failed attempts, the pod reports `publishing: false`, which pauses its
 //!    intake, until the record goes through. A broker outage never turns answers into dead
 //!    letters; at shutdown the message is left uncommitted and redelivered.
-//! 2. A record the broker rejects for good (too large, invalid, not authorised) goes to the
-//!    dead-letter topic instead: the request, its response and the error.
+//!    A refusal for lack of authorisation (topic or cluster) is held the same way, and the pod
+//!    is not ready from the first one: it is this pod's configuration (a missing or late WRITE
+//!    ACL, a rotated principal), not the record's, and would refuse the dead letter and every
+//!    other response alike. Once the right is granted, the response itself goes out.
+//! 2. A record the broker rejects for good (too large, invalid) goes to the dead-letter topic
+//!    instead: the request, its response and the error.
 //! 3. If the dead letter is rejected too, a minimal failure response (the ids and an `internal`
 //!    error, a few hundred bytes) is published in its place.
 //! 4. If even that is rejected, the message is logged with its coordinates, counted
@@ -84,8 +88,11 @@ pub struct PublishAbandoned {
 
 /// How a send failed.
 enum SendError {
-    /// The broker will never take this record (too large, invalid, not authorised).
+    /// The broker will never take this record (too large, invalid).
     Rejected(String),
+    /// This pod may not write there: nothing it sends will go through until an operator
+    /// grants the right.
+    Unauthorized(String),
     /// Anything else (unreachable, timed out, leader moving): worth trying again.
     Failed(String),
 }
@@ -93,24 +100,24 @@ enum SendError {
 impl SendError {
     fn of(e: &KafkaError) -> SendError {
         use RDKafkaErrorCode::*;
-        let permanent = matches!(
-            e.rdkafka_error_code(),
+        match e.rdkafka_error_code() {
             Some(
                 InvalidMessageSize
-                    | MessageSizeTooLarge
-                    | InvalidTopic
-                    | InvalidRequiredAcks
-                    | TopicAuthorizationFailed
-                    | ClusterAuthorizationFailed
-                    | UnsupportedForMessageFormat
-                    | PolicyViolation
-                    | InvalidRecord
-            )
-        );
-        if permanent {
-            SendError::Rejected(e.to_string())
-        } else {
-            SendError::Failed(e.to_string())
+                | MessageSizeTooLarge
+                | InvalidTopic
+                | InvalidRequiredAcks
+                | UnsupportedForMessageFormat
+                | PolicyViolation
+                | InvalidRecord,
+            ) => SendError::Rejected(e.to_string()),
+            Some(
+                TopicAuthorizationFailed
+                | ClusterAuthorizationFailed
+                | TransactionalIdAuthorizationFailed
+                | SaslAuthenticationFailed
+                | Authentication,
+            ) => SendError::Unauthorized(e.to_string()),
+            _ => SendError::Failed(e.to_string()),
         }
     }
 }
@@ -227,10 +234,20 @@ impl Publisher {
                     tracing::warn!(topic, key = out.key, error = %why, "record rejected by the broker");
                     return Ok(Some(why));
                 }
-                Err(SendError::Failed(e)) => e,
+                Err(SendError::Unauthorized(why)) => {
+                    // Not ready at once: every other response would be refused alike.
+                    held.set(&self.health);
+                    tracing::error!(topic, attempts, error = %why, key = out.key,
+                        "not authorised to publish: response held until the right is granted");
+                    self.refresh_metadata(topic).await;
+                    why
+                }
+                Err(SendError::Failed(e)) => {
+                    tracing::warn!(topic, attempts, error = %e, key = out.key, "publish failed, will retry");
+                    e
+                }
             };
             self.metrics.publish_failures.inc();
-            tracing::warn!(topic, attempts, error = %err, key = out.key, "publish failed, will retry");
             if attempts >= self.attempts_before_hold {
                 held.set(&self.health);
             }
@@ -283,6 +300,23 @@ impl Publisher {
         result
     }
 
+    /// librdkafka keeps a topic refused for lack of authorisation refused, failing each record
+    /// at once, until its periodic metadata refresh (every 5 min): ask the broker again, so that
+    /// a right granted meanwhile is seen by the next try.
+    async fn refresh_metadata(&self, topic: &str) {
+        let (producer, topic) = (self.producer(), topic.to_owned());
+        let asked = tokio::task::spawn_blocking(move || {
+            producer
+                .client()
+                .fetch_metadata(Some(&topic), Duration::from_secs(5))
+                .map(|_| ())
+        })
+        .await;
+        if let Ok(Err(e)) = asked {
+            tracing::warn!(error = %e, "metadata refresh failed");
+        }
+    }
+
     /// A fatal error leaves the idempotent producer unable to send anything: start a new one.
     fn replace_if_fatal(&self, failed: &FutureProducer) {
         let Some((code, reason)) = failed.client().fatal_error() else {
@@ -325,23 +359,6 @@ impl Publisher {
         serde_json::to_vec(&record).expect("dead-letter record serialises")
     }
 
-    /// Sends one informational record (a progress event) on `topic`: one try within
-    /// `timeout`, no retries, no dead letter, no effect on the pod's health.
-    pub async fn send_once(
-        &self,
-        topic: &str,
-        key: &str,
-        payload: &[u8],
-        timeout: Duration,
-    ) -> Result<(), KafkaError> {
-        let record = FutureRecord::to(topic).key(key).payload(payload);
-        let producer = self.producer();
-        match producer.send(record, Timeout::After(timeout)).await {
-            Ok(_) => Ok(()),
-            Err((e, _)) => Err(e),
-        }
-    }
-
     /// The producer in use (tests inject faults into it).
     pub fn producer(&self) -> FutureProducer {
         self.producer.read().unwrap().clone()
@@ -351,6 +368,45 @@ impl Publisher {
     pub fn flush(&self, timeout: Duration) {
         if let Err(e) = self.producer().flush(Timeout::After(timeout)) {
             tracing::warn!(error = %e, "producer flush incomplete");
+        }
+    }
+}
+
+/// Informational records (progress events): each delivered within its bound or never, by a
+/// producer of their own whose `message.timeout.ms` is that bound. The enqueue timeout alone
+/// bounded nothing: delivery waited up to the responses' `message.timeout.ms` (5 min) for a
+/// missing or leaderless topic, and a job's response waits for its last event. Once failed, a
+/// record is never delivered later, so an event never follows its job's response. No
+/// retries, no dead letter, no effect on the pod's health.
+pub struct BestEffort {
+    producer: FutureProducer,
+    within: Duration,
+}
+
+impl BestEffort {
+    pub fn new(settings: &KafkaSettings, within: Duration) -> KafkaResult<BestEffort> {
+        let mut config = super::client::producer_config(settings);
+        config
+            .set("message.timeout.ms", within.as_millis().to_string())
+            // Losing or repeating an event is harmless; a fatal idempotence error is not.
+            .set("enable.idempotence", "false")
+            .set("acks", "1");
+        Ok(BestEffort {
+            producer: config.create()?,
+            within,
+        })
+    }
+
+    /// One try, delivered or failed within the bound.
+    pub async fn send(&self, topic: &str, key: &str, payload: &[u8]) -> Result<(), KafkaError> {
+        let record = FutureRecord::to(topic).key(key).payload(payload);
+        match self
+            .producer
+            .send(record, Timeout::After(self.within))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err((e, _)) => Err(e),
         }
     }
 }

@@ -24,7 +24,8 @@ pub struct KafkaSettings {
     pub response_topic: String,
     /// Where a request goes, with its error, when its response cannot be published.
     pub dlq_topic: String,
-    /// Response publish attempts before the dead-letter topic is tried.
+    /// Failed attempts at publishing a response after which the pod reports `publishing:
+    /// false` and pauses its intake (it keeps retrying; see `kafka::producer`).
     pub publish_attempts: u32,
     pub commit_interval_ms: u64,
     /// The longest the poll loop sleeps with nothing waking it (a safety net; see
@@ -134,6 +135,11 @@ impl Section for KafkaSettings {
             self.publish_attempts > 0,
             "publish_attempts",
             "must be at least 1",
+        )?;
+        ensure(
+            self.safety_poll_ms > 0,
+            "safety_poll_ms",
+            "must be positive",
         )?;
         ensure(
             self.commit_interval_ms > 0,

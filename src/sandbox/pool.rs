@@ -110,7 +110,9 @@ impl Pool {
     }
 
     /// Runs one job in a fresh job process. A crash is tried once more (the first may have been
-    /// memory pressure); a second is the job's answer. The outputs of an answer are checked
+    /// memory pressure); a second is the job's answer. Each try has the whole time limit: a
+    /// crash late in the first must not leave the second too little to finish (the job's total
+    /// stays bounded by the two tries). The outputs of an answer are checked
     /// ([`outputs::check`]) before they are returned.
     pub async fn run(
         &self,
@@ -118,14 +120,13 @@ impl Pool {
         cancel: &CancellationToken,
         on_event: &mut (dyn FnMut(Event) + Send),
     ) -> Result<MediaOutput, MediaFailure> {
-        let started = Instant::now();
-        let mut limit = work.limit;
         let mut crashed = false;
         layers::grant(&work.input, &[&work.out_dir, &work.tmp_dir]).map_err(|e| Failure {
             stage: Stage::Probe,
             error: MediaError::Io(format!("cannot prepare the sandbox's scratch: {e}")),
         })?;
         loop {
+            let (started, mut limit) = (Instant::now(), work.limit);
             let server = self.checkout().map_err(|e| Failure {
                 stage: Stage::Probe,
                 error: MediaError::NotStarted(format!("cannot start a sandbox: {e}")),

@@ -3,7 +3,10 @@
 //! which profile (a fingerprint of every setting that shapes the outputs). A later request for
 //! the same media whose source ETag and fingerprint match is answered from the manifest
 //! (`"replayed": true`) without downloading or transforming anything. Because the manifest is
-//! written last, its presence means every output it lists exists.
+//! written last, its presence means every output it lists exists. A request whose source is gone
+//! is answered from the manifest when it records the request's profile (`"source_missing":
+//! true`): deleting originals once their variants exist is common, and a redelivery after a
+//! crash before the commit must not turn a finished upload into `source_not_found`.
 
 use serde::{Deserialize, Serialize};
 
@@ -105,6 +108,30 @@ pub async fn lookup(
         return None;
     }
     let etag = etag?;
+    let m = stored(storage, bucket, req).await?;
+    // Another source version or profile: process again.
+    (m.source_etag == etag && m.fingerprint == fingerprint && m.profile == profile_of(req))
+        .then_some(m)
+}
+
+/// The stored manifest for a request whose source is gone (deleted once its outputs existed,
+/// then the request delivered again after a crash before its commit): valid when it records
+/// this request's profile, whatever the settings now (nothing could be made again; the outputs
+/// it lists exist). `force` still asks for a processing, which then fails `source_not_found`.
+pub async fn lookup_without_source(
+    storage: &dyn Storage,
+    bucket: &str,
+    req: &OptimizeRequest,
+) -> Option<Manifest> {
+    if req.force {
+        return None;
+    }
+    let m = stored(storage, bucket, req).await?;
+    (m.profile == profile_of(req)).then_some(m)
+}
+
+/// The manifest stored for `req`'s media, whatever it is valid for.
+async fn stored(storage: &dyn Storage, bucket: &str, req: &OptimizeRequest) -> Option<Manifest> {
     // The type is only known after a download: a hint says where to look first.
     let kinds = match req.media_type {
         Some(MediaType::Video) => [MediaType::Video, MediaType::Image],
@@ -122,9 +149,6 @@ pub async fn lookup(
             tracing::warn!(key = %src.key, "unreadable manifest ignored");
             continue;
         };
-        if m.source_etag != etag || m.fingerprint != fingerprint || m.profile != profile_of(req) {
-            return None; // the source or the profile changed: process again
-        }
         return Some(m);
     }
     None

@@ -58,12 +58,7 @@ impl Intake {
             svc.metrics.clone(),
             health.clone(),
         )?);
-        let progress = Progress::new(
-            &settings.kafka,
-            publisher.clone(),
-            svc.metrics.clone(),
-            svc.worker.clone(),
-        );
+        let progress = Progress::new(&settings.kafka, svc.metrics.clone(), svc.worker.clone())?;
         let ctx = Arc::new(Ctx {
             runner: JobRunner::new(svc.clone(), shutdown.clone()),
             publisher,
@@ -226,16 +221,24 @@ impl Stoppable for Worker {
         left
     }
 
+    /// Each step within what is left of `left`: the consumer's final commit and leaving the
+    /// group wait for a coordinator that may be gone, and the pod is killed at its deadline.
     async fn close(self, left: Duration) {
+        let by = tokio::time::Instant::now() + left;
         self.svc.media.close().await;
         if let Some(a) = &self.api {
             a.media.close().await;
         }
         if let Some(Intake { source, ctx }) = self.intake {
-            if let Err(e) = tokio::task::spawn_blocking(move || source.close()).await {
+            // The final commit first (its offsets matter more than the producer's queue: every
+            // response was acknowledged before its offset was), with three quarters of what is
+            // left, so that the producer's flush gets the rest.
+            let within = by.saturating_duration_since(tokio::time::Instant::now()) * 3 / 4;
+            if let Err(e) = tokio::task::spawn_blocking(move || source.close(within)).await {
                 tracing::error!(error = %e, "closing the consumer failed");
             }
-            ctx.publisher.flush(left);
+            ctx.publisher
+                .flush(by.saturating_duration_since(tokio::time::Instant::now()));
         }
     }
 }

@@ -3,7 +3,10 @@
 //! like the response, at a bounded rate ([`Gate`]): none before `progress_delay_secs`, then
 //! whenever the job has advanced by `progress_step` or `progress_interval_secs` have passed.
 //! The follower is stopped and awaited before the response is published, so every event of a
-//! job precedes its response. Events are sent once: a failed send is counted, never retried.
+//! job precedes its response. Events are best effort: sent once, each delivered within
+//! [`SEND_TIMEOUT`] or never ([`BestEffort`]), so a topic that takes nothing (missing, without
+//! a leader) delays a response by at most the one event in flight; a failed send is counted,
+//! never retried.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,11 +18,12 @@ use tokio_util::sync::CancellationToken;
 use crate::contract::{
     OptimizeRequest, ProgressEvent, ProgressStatus, SCHEMA_VERSION, Stage, WorkerInfo,
 };
-use crate::kafka::{KafkaSettings, Publisher};
+use crate::kafka::KafkaSettings;
+use crate::kafka::producer::BestEffort;
 use crate::registry::{JobHandle, JobProgress};
 use crate::telemetry::Metrics;
 
-/// How long one event may take to be acknowledged.
+/// How long one event may take to be delivered: the most a response waits for progress.
 const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Reported progress stays below this: only the response says a job is done.
 const MAX_PROGRESS: f32 = 0.99;
@@ -88,7 +92,7 @@ impl Gate {
 
 /// What the followers of this worker's jobs need: where to publish and how often.
 pub(super) struct Progress {
-    publisher: Arc<Publisher>,
+    sender: BestEffort,
     metrics: Arc<Metrics>,
     worker: WorkerInfo,
     topic: String,
@@ -101,19 +105,21 @@ impl Progress {
     /// `None` when progress events are off (no progress topic).
     pub fn new(
         settings: &KafkaSettings,
-        publisher: Arc<Publisher>,
         metrics: Arc<Metrics>,
         worker: WorkerInfo,
-    ) -> Option<Arc<Progress>> {
-        Some(Arc::new(Progress {
-            topic: settings.progress_topic()?.to_owned(),
+    ) -> rdkafka::error::KafkaResult<Option<Arc<Progress>>> {
+        let Some(topic) = settings.progress_topic() else {
+            return Ok(None);
+        };
+        Ok(Some(Arc::new(Progress {
+            topic: topic.to_owned(),
             delay: Duration::from_secs(settings.progress_delay_secs),
             step: settings.progress_step,
             interval: Duration::from_secs(settings.progress_interval_secs),
-            publisher,
+            sender: BestEffort::new(settings, SEND_TIMEOUT)?,
             metrics,
             worker,
-        }))
+        })))
     }
 }
 
@@ -185,10 +191,7 @@ async fn follow(
         event.elapsed_ms = started.elapsed().as_millis() as u64;
         event.at = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
         let payload = serde_json::to_vec(&event).expect("progress event serialises");
-        let sent = out
-            .publisher
-            .send_once(&out.topic, &event.media_id, &payload, SEND_TIMEOUT)
-            .await;
+        let sent = out.sender.send(&out.topic, &event.media_id, &payload).await;
         let result = match sent {
             Ok(()) => "published",
             Err(e) => {

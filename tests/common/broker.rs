@@ -122,7 +122,10 @@ impl Broker {
 
     /// The worker's environment for the SASL listener, as user `worker`.
     pub fn sasl_client_env(&self) -> Vec<(&'static str, String)> {
-        let bootstrap = self.sasl_bootstrap.clone().expect("a broker with an authorizer");
+        let bootstrap = self
+            .sasl_bootstrap
+            .clone()
+            .expect("a broker with an authorizer");
         vec![
             ("KAFKA_BOOTSTRAP_SERVERS", bootstrap),
             ("KAFKA_PROPERTY_SECURITY_PROTOCOL", "SASL_PLAINTEXT".into()),
