@@ -42,6 +42,11 @@ pub fn corpus(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// Where scripts/setup.sh installs playwright-core, hls.js and dash.js (`PLAYER_MODULES`).
+pub fn player_modules() -> PathBuf {
+    media_worker::commands::demo::player_modules()
+}
+
 /// One line of the corpus's MANIFEST.tsv: a file, its kind (`photo`, `faces`, `large`, ...)
 /// and what it is expected to be.
 pub struct CorpusFile {
