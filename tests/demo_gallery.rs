@@ -55,7 +55,10 @@ fn the_gallery_shows_every_output_draws_the_faces_and_plays_the_stream_in_chromi
         "{stdout}"
     );
     assert!(
-        stdout.contains(&format!("python3 -m http.server -d {} 8000", work.display())),
+        stdout.contains(&format!(
+            "python3 -m http.server -d {} 8000",
+            work.display()
+        )),
         "{stdout}"
     );
     let responses: Vec<Value> =
@@ -122,7 +125,10 @@ fn the_gallery_shows_every_output_draws_the_faces_and_plays_the_stream_in_chromi
     let photo_outputs = photo["outputs"].as_array().unwrap().len();
     assert!(images.len() > photo_outputs, "{report}");
     for img in images {
-        assert!(img["naturalWidth"].as_u64().unwrap() > 0, "not decoded: {img}");
+        assert!(
+            img["naturalWidth"].as_u64().unwrap() > 0,
+            "not decoded: {img}"
+        );
     }
     let cards = report["cards"].as_array().unwrap();
     assert_eq!(cards.len(), 4, "{report}");

@@ -137,13 +137,16 @@ pub async fn run(mut settings: Settings, opts: Options) -> anyhow::Result<()> {
     eprintln!("submitted {} files from {}", files.len(), dir.display());
 
     let mut got: Vec<OptimizeResponse> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while got.len() < files.len() && Instant::now() < deadline {
+    // A bound on silence, not on the run: the showcase profile's AVIF and video ladders take
+    // minutes over a whole folder on a small machine, but every job answers within its limits.
+    let mut last = Instant::now();
+    while got.len() < files.len() && last.elapsed() < Duration::from_secs(600) {
         let polled = tokio::task::block_in_place(|| responses.poll(Duration::from_millis(200)));
         if let Some(Ok(m)) = polled
             && let Some(r) = m.payload().and_then(|p| serde_json::from_slice(p).ok())
         {
             got.push(r);
+            last = Instant::now();
         }
     }
     let wall = started.elapsed();
@@ -227,7 +230,11 @@ pub async fn run(mut settings: Settings, opts: Options) -> anyhow::Result<()> {
     )?;
     println!("gallery: {}", page.display());
     // Players fetch the streams and the storyboards: a page opened from file:// cannot.
-    if got.iter().flat_map(|r| &r.outputs).any(|o| o.role == "stream") {
+    if got
+        .iter()
+        .flat_map(|r| &r.outputs)
+        .any(|o| o.role == "stream")
+    {
         println!(
             "to play the streams: python3 -m http.server -d {} 8000, then open http://localhost:8000/",
             work.display()

@@ -211,10 +211,9 @@ fn card(g: &Gallery, r: &OptimizeResponse, work: &Path, out: &mut String) {
 }
 
 fn failure(e: &ErrorBody, out: &mut String) {
-    let _ = write!(
+    let _ = writeln!(
         out,
-        r#"<div class="failure"><p class="code">{code}</p><p>stage <b>{stage}</b> · {retry}</p><p class="message">{message}</p></div>
-"#,
+        r#"<div class="failure"><p class="code">{code}</p><p>stage <b>{stage}</b> · {retry}</p><p class="message">{message}</p></div>"#,
         code = e.code.as_str(),
         stage = e.stage.as_str(),
         retry = if e.retryable {
@@ -269,7 +268,10 @@ fn image_stage(
         let list = |srcset: &str| {
             srcset
                 .split(", ")
-                .map(|c| format!("{}/{}", g.store, url(c)))
+                .map(|c| {
+                    let (key, width) = c.split_once(' ').unwrap_or((c, ""));
+                    format!("{}/{} {width}", g.store, url(key))
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         };
@@ -402,7 +404,7 @@ fn video_stage(g: &Gallery, r: &OptimizeResponse, v: &VideoAnalysis, out: &mut S
         .iter()
         .filter(|o| o.role == "rendition")
         .min_by_key(|o| o.height)
-        .map(|o| link(o));
+        .map(&link);
     let src = match (hls.is_empty(), &mp4) {
         (true, Some(m)) => format!(r#" src="{m}""#),
         _ => String::new(),
@@ -527,7 +529,9 @@ fn output_tile(g: &Gallery, o: &Output, out: &mut String) {
             esc(&o.role),
             esc(&o.key)
         ),
-        "mp4" => format!(r#"<video src="{href}" muted controls playsinline preload="metadata"></video>"#),
+        "mp4" => {
+            format!(r#"<video src="{href}" muted controls playsinline preload="metadata"></video>"#)
+        }
         "hls" => r#"<span class="file">HLS master playlist</span>"#.to_owned(),
         "dash" => r#"<span class="file">DASH MPD</span>"#.to_owned(),
         "vtt" => r#"<span class="file">WebVTT storyboard cues</span>"#.to_owned(),
@@ -572,10 +576,17 @@ fn output_tile(g: &Gallery, o: &Output, out: &mut String) {
 }
 
 fn role_order(role: &str) -> usize {
-    ["variant", "thumbnail", "poster", "rendition", "stream", "storyboard"]
-        .iter()
-        .position(|r| *r == role)
-        .unwrap_or(9)
+    [
+        "variant",
+        "thumbnail",
+        "poster",
+        "rendition",
+        "stream",
+        "storyboard",
+    ]
+    .iter()
+    .position(|r| *r == role)
+    .unwrap_or(9)
 }
 
 fn format_order(format: &str) -> usize {
@@ -605,8 +616,8 @@ fn phash_grid(phash: &str) -> String {
 /// The BlurHash decoded at most 32 px a side (the page stretches it), as a PNG.
 fn blurhash_png(hash: &str, width: u32, height: u32) -> anyhow::Result<Vec<u8>> {
     let (w, h) = fit(width, height, (32, 32));
-    let rgba = blurhash::decode(hash, w, h, 1.0)
-        .map_err(|e| anyhow::anyhow!("blurhash {hash}: {e:?}"))?;
+    let rgba =
+        blurhash::decode(hash, w, h, 1.0).map_err(|e| anyhow::anyhow!("blurhash {hash}: {e:?}"))?;
     let bgr: Vec<u8> = rgba
         .chunks_exact(4)
         .flat_map(|p| [p[2], p[1], p[0]])
@@ -690,8 +701,14 @@ mod tests {
 
     #[test]
     fn urls_and_text_are_escaped() {
-        assert_eq!(url("u/images/a b#1/320w.webp"), "u/images/a%20b%231/320w.webp");
-        assert_eq!(esc(r#"<a href="x">&'"#), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+        assert_eq!(
+            url("u/images/a b#1/320w.webp"),
+            "u/images/a%20b%231/320w.webp"
+        );
+        assert_eq!(
+            esc(r#"<a href="x">&'"#),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
     }
 
     #[test]
@@ -707,6 +724,47 @@ mod tests {
         assert_eq!(grid.matches("<i").count(), 64);
         assert_eq!(grid.matches(r#"class="on""#).count(), 2);
         assert!(grid.contains(r#"title="pHash bits"><i class="on"></i><i></i>"#));
+    }
+
+    #[test]
+    fn a_failed_card_shows_the_code_stage_and_message_as_text() {
+        let r: OptimizeResponse = serde_json::from_str(
+            r#"{"schema_version": 1, "request_id": "r", "media_id": "bad-jpg", "user_id": "u",
+                "success": false, "status": "failed", "media_type": null,
+                "source": {"bucket": "b", "key": "bad.jpg", "size_bytes": 10, "etag": null},
+                "outputs": [], "analysis": null, "warnings": [],
+                "error": {"code": "corrupt_input", "message": "cannot <render>", "stage": "analyze",
+                          "retryable": false},
+                "attempts": 1, "duration_ms": 5, "worker": {"id": "w", "version": "0"},
+                "completed_at": "2026-11-26T00:00:00Z"}"#,
+        )
+        .unwrap();
+        let inputs = HashMap::from([("bad-jpg".to_owned(), PathBuf::from("/in/bad.jpg"))]);
+        let g = Gallery {
+            responses: std::slice::from_ref(&r),
+            inputs: &inputs,
+            input_dir: Path::new("/in"),
+            store: "store/media-output",
+            profile: "showcase",
+            blur_threshold: 100.0,
+            pool: 2,
+            wall: Duration::from_secs(1),
+            hls_js: false,
+        };
+        let mut html = String::new();
+        card(&g, &r, Path::new("/nonexistent"), &mut html);
+        assert!(
+            html.contains(r#"<p class="code">corrupt_input</p>"#),
+            "{html}"
+        );
+        assert!(html.contains("stage <b>analyze</b>"), "{html}");
+        assert!(html.contains("cannot &lt;render&gt;"), "{html}");
+        // A failed source is linked, never shown: it may be a pixel bomb.
+        assert!(
+            html.contains(r#"<a href="sources/bad.jpg"><span class="file">"#),
+            "{html}"
+        );
+        assert!(!html.contains("<img"), "{html}");
     }
 
     #[test]
