@@ -517,7 +517,7 @@ fn source_tile(r: &OptimizeResponse, name: &str, input: &Path, out: &mut String)
     };
     let _ = write!(
         out,
-        r#"<figure class="out source"><a href="{href}">{preview}</a><figcaption><b>source</b> {what} · {bytes}</figcaption></figure>"#
+        r#"<figure class="out source"><a href="{href}">{preview}</a><figcaption><b>source</b> {what}<br>{bytes}</figcaption></figure>"#
     );
 }
 
@@ -543,7 +543,7 @@ fn output_tile(g: &Gallery, o: &Output, out: &mut String) {
         format!(r#"<a href="{href}">{preview}</a>"#)
     };
     let mut caption = format!(
-        "<b>{}</b> {} {}×{} · {}",
+        "<b>{}</b> {}<br>{}×{} · {}",
         esc(&o.role),
         esc(&o.format).to_uppercase(),
         o.width,
@@ -551,13 +551,13 @@ fn output_tile(g: &Gallery, o: &Output, out: &mut String) {
         human(o.size_bytes)
     );
     if let Some(q) = &o.quality {
-        let _ = write!(caption, " · q{}", q.value);
+        let _ = write!(caption, "<br>q{}", q.value);
         match (q.target, q.score) {
             (Some(t), Some(s)) => {
-                let _ = write!(caption, " (auto: SSIMULACRA2 {s:.1}, target {t})");
+                let _ = write!(caption, " · SSIMULACRA2 {s:.1} (target {t})");
             }
             (Some(t), None) => {
-                let _ = write!(caption, " (auto, target {t})");
+                let _ = write!(caption, " · auto (target {t})");
             }
             _ => {}
         }
