@@ -247,14 +247,18 @@ fn image_stage(
     };
     let (bw, bh) = fit(w, h, STAGE);
     let id = r.media_id.as_deref().unwrap_or("media");
-    let placeholder = if work.join(format!("blurhash/{id}.png")).is_file() {
+    // The BlurHash waits behind the picture; a picture with alpha would show it through its
+    // transparent parts, so it gets the checkerboard instead.
+    let alpha = a.is_some_and(|a| a.has_alpha);
+    let placeholder = if !alpha && work.join(format!("blurhash/{id}.png")).is_file() {
         format!("background-image:url('blurhash/{}.png');", url(id))
     } else {
         String::new()
     };
     let _ = write!(
         out,
-        r#"<figure class="stage image" style="width:{bw}px;height:{bh}px;{placeholder}">"#
+        r#"<figure class="stage image{}" style="width:{bw}px;height:{bh}px;{placeholder}">"#,
+        if alpha { " alpha" } else { "" }
     );
     // An animated source animates only in its WebP variants (the other formats hold its first
     // frame): that is the one to show.

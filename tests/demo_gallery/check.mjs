@@ -19,7 +19,12 @@ try {
   const page = await browser.newPage({ viewport: { width: 1500, height: 1000 } });
   page.on('console', m => { if (m.type() === 'error') report.console.push(m.text()); });
   page.on('pageerror', e => report.console.push(String(e)));
-  page.on('requestfailed', r => report.failedRequests.push(`${r.url()}: ${r.failure()?.errorText}`));
+  // ERR_ABORTED is the browser dropping a request of its own (a video's rest once it has the
+  // metadata, the <img> fallback a <picture> source replaces): not a failure of the page.
+  page.on('requestfailed', r => {
+    const error = r.failure()?.errorText;
+    if (error !== 'net::ERR_ABORTED') report.failedRequests.push(`${r.url()}: ${error}`);
+  });
   page.on('response', r => { if (r.status() >= 400) report.failedRequests.push(`${r.url()}: HTTP ${r.status()}`); });
   // `load` waits for every image; the storyboards' strips come after it.
   await page.goto(url, { waitUntil: 'load', timeout: 120000 });
