@@ -665,8 +665,8 @@ fn dir_bytes(dir: &Path) -> u64 {
 fn human(bytes: u64) -> String {
     match bytes {
         b if b < 1024 => format!("{b} B"),
-        b if b < 1024 * 1024 => format!("{:.1} KB", b as f64 / 1024.0),
-        b => format!("{:.2} MB", b as f64 / (1024.0 * 1024.0)),
+        b if b < 1024 * 1024 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{:.2} MiB", b as f64 / (1024.0 * 1024.0)),
     }
 }
 
