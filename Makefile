@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 DIR ?= ../shared/corpus
 
-.PHONY: setup setup-test build release demo test test-fleet lint audit deploy-check bench sharp bench-quality fuzz eval-faces schemas clean
+.PHONY: setup setup-test setup-demo build release demo test test-fleet lint audit deploy-check bench sharp bench-quality fuzz eval-faces schemas clean
 
 setup:
 	@scripts/setup.sh
@@ -11,14 +11,18 @@ setup:
 setup-test:
 	@scripts/setup.sh --test
 
+setup-demo:
+	@scripts/setup.sh --demo
+
 build: setup
 	cargo build
 
 release: setup
 	cargo build --release
 
-## The main job on an embedded default: in-process Kafka (MockCluster) + local store over DIR.
-demo: release
+## The main job on an embedded default: in-process Kafka (MockCluster) + local store over DIR,
+## with the `showcase` profile; writes a gallery page (index.html) of what it made.
+demo: setup-demo release
 	RUST_LOG=warn target/release/media-worker demo $(DIR)
 
 ## Everything: formatting, lints, unit tests, and end-to-end tests against Apache Kafka + s3s-fs

@@ -3,7 +3,12 @@
 #   scripts/setup.sh          system packages (build + runtime)
 #   scripts/setup.sh --test   also the test servers: Apache Kafka (scripts/kafka.sh, from
 #                             Maven Central) and s3s-fs (S3 API)
+#   scripts/setup.sh --demo   also hls.js for the demo's gallery page (make demo)
 set -euo pipefail
+
+# hls.js: the player of the demo's page and of tests/playback.rs, one version for both.
+HLS_JS_VERSION=1.7.4
+players=${PLAYER_MODULES:-$HOME/.cache/media-worker/player}
 
 APT_PACKAGES=(pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev opencv-data ffmpeg)
 # Tests read outputs back with independent tools: exiftool (metadata), Pillow (colours),
@@ -15,6 +20,8 @@ if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(libimage-exiftool-perl python3-p
 if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(chromium); fi
 # AVIF outputs read back by libavif's avifdec (dav1d), not by the libheif the worker writes with.
 if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(libavif-bin); fi
+# npm fetches hls.js (and, for tests, the other players).
+if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--demo" ]; then command -v npm >/dev/null || APT_PACKAGES+=(npm); fi
 # The tests' Kafka broker runs on Java, fetched with Maven (scripts/kafka.sh).
 if [ "${1:-}" = "--test" ]; then
   command -v java >/dev/null || APT_PACKAGES+=(openjdk-17-jre-headless)
@@ -77,12 +84,18 @@ if [ "${1:-}" = "--test" ]; then
   python3 -c 'import m3u8' 2>/dev/null || { echo "setup: pip install m3u8"; python3 -m pip install --quiet "m3u8==6.0.0"; }
   # The players of tests/playback.rs, from npm, into a cache (never a runtime dependency).
   # playwright-core drives /usr/bin/chromium: its own browser download is not used.
-  players=${PLAYER_MODULES:-$HOME/.cache/media-worker/player}
   if [ ! -f "$players/node_modules/dashjs/package.json" ]; then
     echo "setup: npm install playwright-core, hls.js, dash.js into $players"
     mkdir -p "$players"
     PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install --prefix "$players" --no-audit --no-fund \
-      playwright-core@1.65.1 hls.js@1.7.4 dashjs@5.2.1
+      playwright-core@1.65.1 "hls.js@$HLS_JS_VERSION" dashjs@5.2.1
   fi
   command -v kubectl >/dev/null || { echo "setup: kubectl (with kustomize) is required"; exit 1; }
+fi
+
+# The demo's page loads hls.js from its own folder (the demo copies it there from this cache).
+if [ "${1:-}" = "--demo" ] && [ ! -f "$players/node_modules/hls.js/dist/hls.min.js" ]; then
+  echo "setup: npm install hls.js@$HLS_JS_VERSION into $players"
+  mkdir -p "$players"
+  npm install --prefix "$players" --no-audit --no-fund "hls.js@$HLS_JS_VERSION"
 fi

@@ -29,10 +29,19 @@ struct Cli {
 enum Command {
     /// Consume optimize requests from Kafka until SIGTERM/SIGINT, then drain.
     Run,
-    /// Run the worker on an in-process Kafka cluster and local store over a folder of images.
+    /// Run the worker on an in-process Kafka cluster and local store over a folder of images
+    /// and videos; writes a gallery page of what it made (index.html in the work directory).
     Demo {
         #[arg(default_value = "../shared/corpus")]
         dir: PathBuf,
+        /// The work directory (outputs, page); a new temporary one by default.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long, default_value = "showcase")]
+        profile: String,
+        /// hls.js for the page's player (scripts/setup.sh --demo installs it).
+        #[arg(long, default_value_os_t = commands::demo::default_hls_js())]
+        hls_js: PathBuf,
     },
     /// Process local files with a profile; one JSON response per line on stdout.
     Process {
@@ -125,8 +134,19 @@ async fn execute(command: Command, settings: Settings) -> anyhow::Result<u8> {
                 worker::Exit::Abandoned(_) | worker::Exit::ConsumerFailed => 1,
             })
         }
-        Command::Demo { dir } => {
-            commands::demo::run(settings, dir).await?;
+        Command::Demo {
+            dir,
+            out,
+            profile,
+            hls_js,
+        } => {
+            let opts = commands::demo::Options {
+                dir,
+                out,
+                profile,
+                hls_js,
+            };
+            commands::demo::run(settings, opts).await?;
             Ok(0)
         }
         Command::Process {

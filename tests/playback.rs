@@ -7,21 +7,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
-
-/// Where scripts/setup.sh installs playwright-core, hls.js and dash.js.
-fn player_modules() -> PathBuf {
-    std::env::var_os("PLAYER_MODULES").map_or_else(
-        || {
-            let home = std::env::var_os("HOME").expect("HOME");
-            Path::new(&home).join(".cache/media-worker/player")
-        },
-        PathBuf::from,
-    )
-}
 
 /// SSIM (luma) of a browser frame and the source's frame at `at` seconds, at the frame's size.
 fn ssim_with_source(frame: &Path, source: &Path, at: f64) -> f64 {
@@ -45,12 +34,7 @@ fn ssim_with_source(frame: &Path, source: &Path, at: f64) -> f64 {
 
 #[test]
 fn hls_js_and_dash_js_play_every_rung_to_the_end_in_chromium() {
-    let modules = player_modules();
-    assert!(
-        modules.join("node_modules/playwright-core").is_dir(),
-        "{} has no players: run `make setup-test`",
-        modules.display()
-    );
+    let modules = common::player_modules();
     let dir = tempfile::tempdir().unwrap();
     let source = common::synthetic::camera_like_video(dir.path(), 12, 1280, 720);
     let out = dir.path().join("out");

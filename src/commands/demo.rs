@@ -1,9 +1,11 @@
 //! `media-worker demo [DIR]`: the real worker (same consumer, job runner and storage interface
 //! as `run`) against an in-process Kafka cluster (rdkafka's MockCluster) and a local store.
-//! Submits every file in DIR (images and videos) and prints a table of the responses.
+//! Submits every file in DIR (images and videos) with one profile (`showcase`: everything the
+//! worker makes), prints a table of the responses and writes the gallery page of them
+//! (`gallery`) into its work directory.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,10 +23,49 @@ use crate::shutdown::Shutdown;
 use crate::storage::LocalStorage;
 use crate::{job, worker};
 
+use super::gallery::{self, Gallery};
+
 const UPLOADS: &str = "uploads";
 const PARTITIONS: i32 = 4;
 
-pub async fn run(mut settings: Settings, dir: PathBuf) -> anyhow::Result<()> {
+/// What `media-worker demo` is asked.
+pub struct Options {
+    pub dir: PathBuf,
+    /// The work directory (page, store, scratch); a new temporary one when absent.
+    pub out: Option<PathBuf>,
+    pub profile: String,
+    /// hls.js (`hls.min.js`), copied beside the page.
+    pub hls_js: PathBuf,
+}
+
+/// Where scripts/setup.sh installs the npm players (hls.js with `--demo`; with `--test` also
+/// dash.js and playwright-core): `$PLAYER_MODULES` or `~/.cache/media-worker/player`.
+pub fn player_modules() -> PathBuf {
+    std::env::var_os("PLAYER_MODULES").map_or_else(
+        || {
+            let home = std::env::var_os("HOME").unwrap_or_default();
+            Path::new(&home).join(".cache/media-worker/player")
+        },
+        PathBuf::from,
+    )
+}
+
+/// hls.js as scripts/setup.sh installs it.
+pub fn default_hls_js() -> PathBuf {
+    player_modules().join("node_modules/hls.js/dist/hls.min.js")
+}
+
+pub async fn run(mut settings: Settings, opts: Options) -> anyhow::Result<()> {
+    let Options {
+        dir,
+        out: work_dir,
+        profile,
+        hls_js,
+    } = opts;
+    anyhow::ensure!(
+        settings.profile(&profile).is_some(),
+        "unknown profile `{profile}`"
+    );
     let dir = dir
         .canonicalize()
         .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
@@ -37,14 +78,21 @@ pub async fn run(mut settings: Settings, dir: PathBuf) -> anyhow::Result<()> {
     let cluster = MockCluster::new(1)?;
     cluster.create_topic(&settings.kafka.request_topic, PARTITIONS, 1)?;
     cluster.create_topic(&settings.kafka.response_topic, 1, 1)?;
-    let work = tempfile::tempdir()?;
+    // Kept: the outputs and the page are what the demo is for.
+    let work = match work_dir {
+        Some(d) => {
+            std::fs::create_dir_all(&d)?;
+            d.canonicalize()?
+        }
+        None => tempfile::tempdir()?.keep(),
+    };
     settings.kafka.bootstrap_servers = cluster.bootstrap_servers();
     // The mock cluster's consumer group protocol stalls a long run (the dispatch bench stopped
     // at 15,263 of 20,000 messages; the real broker and the classic protocol do not).
     settings.kafka.group_protocol = GroupProtocol::Classic;
     settings.http.addr = "127.0.0.1:0".parse()?;
-    settings.worker.tmp_dir = work.path().join("scratch");
-    let out = work.path().join("store");
+    settings.worker.tmp_dir = work.join("scratch");
+    let out = work.join("store");
     let storage = LocalStorage::new(&out).with_bucket(UPLOADS, &dir);
 
     let svc = job::services(Arc::new(settings.clone()), Arc::new(storage))?;
@@ -62,7 +110,7 @@ pub async fn run(mut settings: Settings, dir: PathBuf) -> anyhow::Result<()> {
     responses.subscribe(&[settings.kafka.response_topic.as_str()])?;
 
     let started = Instant::now();
-    let mut names = HashMap::new();
+    let mut inputs: HashMap<String, PathBuf> = HashMap::new();
     for file in &files {
         let media_id = super::media_id_for(file);
         let key = file.file_name().unwrap().to_string_lossy().into_owned();
@@ -72,7 +120,8 @@ pub async fn run(mut settings: Settings, dir: PathBuf) -> anyhow::Result<()> {
             "demo",
             UPLOADS,
             key,
-        );
+        )
+        .with_profile(&profile);
         let payload = serde_json::to_vec(&req)?;
         producer
             .send(
@@ -83,21 +132,21 @@ pub async fn run(mut settings: Settings, dir: PathBuf) -> anyhow::Result<()> {
             )
             .await
             .map_err(|(e, _)| e)?;
-        names.insert(
-            media_id,
-            file.file_name().unwrap().to_string_lossy().into_owned(),
-        );
+        inputs.insert(media_id, file.clone());
     }
     eprintln!("submitted {} files from {}", files.len(), dir.display());
 
     let mut got: Vec<OptimizeResponse> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while got.len() < files.len() && Instant::now() < deadline {
+    // A bound on silence, not on the run: the showcase profile's AVIF and video ladders take
+    // minutes over a whole folder on a small machine, but every job answers within its limits.
+    let mut last = Instant::now();
+    while got.len() < files.len() && last.elapsed() < Duration::from_secs(600) {
         let polled = tokio::task::block_in_place(|| responses.poll(Duration::from_millis(200)));
         if let Some(Ok(m)) = polled
             && let Some(r) = m.payload().and_then(|p| serde_json::from_slice(p).ok())
         {
             got.push(r);
+            last = Instant::now();
         }
     }
     let wall = started.elapsed();
@@ -114,8 +163,9 @@ pub async fn run(mut settings: Settings, dir: PathBuf) -> anyhow::Result<()> {
         let name = r
             .media_id
             .as_ref()
-            .and_then(|m| names.get(m))
-            .cloned()
+            .and_then(|m| inputs.get(m))
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let detail = match &r.error {
             Some(e) => e.code.as_str().to_owned(),
@@ -152,14 +202,49 @@ pub async fn run(mut settings: Settings, dir: PathBuf) -> anyhow::Result<()> {
         wall.as_secs_f64(),
         out.display()
     );
+    let hls_copied = match std::fs::copy(&hls_js, work.join("hls.min.js")) {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!(
+                "hls.js not found at {} ({e}): the page plays the MP4s instead of the streams \
+                 (`scripts/setup.sh --demo` installs it)",
+                hls_js.display()
+            );
+            false
+        }
+    };
+    let store = format!("store/{}", settings.storage.output_bucket);
+    let page = gallery::write(
+        &Gallery {
+            responses: &got,
+            inputs: &inputs,
+            input_dir: &dir,
+            store: &store,
+            profile: &profile,
+            blur_threshold: settings.analysis.blur_threshold,
+            pool: settings.pool_size(),
+            wall,
+            hls_js: hls_copied,
+        },
+        &work,
+    )?;
+    println!("gallery: {}", page.display());
+    // Players fetch the streams and the storyboards: a page opened from file:// cannot.
+    if got
+        .iter()
+        .flat_map(|r| &r.outputs)
+        .any(|o| o.role == "stream")
+    {
+        println!(
+            "to play the streams: python3 -m http.server -d {} 8000, then open http://localhost:8000/",
+            work.display()
+        );
+    }
     anyhow::ensure!(
         got.len() == files.len(),
         "missing responses: {} of {}",
         got.len(),
         files.len()
     );
-    // Keep the outputs for inspection.
-    let kept = work.keep();
-    eprintln!("(work dir kept at {})", kept.display());
     Ok(())
 }

@@ -2,6 +2,7 @@
 
 pub mod demo;
 pub mod eval_faces;
+pub mod gallery;
 pub mod process;
 
 use std::path::{Path, PathBuf};

@@ -42,6 +42,18 @@ pub fn corpus(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// Where scripts/setup.sh installs playwright-core, hls.js and dash.js (`PLAYER_MODULES`), for
+/// the tests that drive Chromium; panics when they are not there.
+pub fn player_modules() -> PathBuf {
+    let modules = media_worker::commands::demo::player_modules();
+    assert!(
+        modules.join("node_modules/playwright-core").is_dir(),
+        "{} has no players: run `make setup-test`",
+        modules.display()
+    );
+    modules
+}
+
 /// One line of the corpus's MANIFEST.tsv: a file, its kind (`photo`, `faces`, `large`, ...)
 /// and what it is expected to be.
 pub struct CorpusFile {
