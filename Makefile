@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 DIR ?= ../shared/corpus
 
-.PHONY: setup setup-test build release demo test test-fleet lint audit deploy-check bench sharp bench-quality fuzz eval-faces schemas clean
+.PHONY: setup setup-test build release demo test test-fleet lint audit advisory-db deploy-check image sbom bench sharp bench-quality fuzz eval-faces schemas clean
 
 setup:
 	@scripts/setup.sh
@@ -26,8 +26,9 @@ demo: release
 ## per test (.config/nextest.toml). The fleet scenarios run here under the default group
 ## protocol (consumer); `make test-fleet` runs them under both. Benchmarks are compiled by
 ## `lint` (clippy --all-targets) and run by `make bench`. Tests are built with the test-only
-## feature `attack-probe` (tests/confinement.rs plays a compromised decoder with it).
-test: setup-test lint deploy-check
+## feature `attack-probe` (tests/confinement.rs plays a compromised decoder with it). The
+## images are built first (`image`): tests/container.rs runs them.
+test: setup-test lint deploy-check image
 	cargo nextest run --features attack-probe --lib --bins --tests \
 		-E 'not (binary(fleet) and test(/^classic::/))'
 
@@ -49,19 +50,42 @@ deploy-check: setup-test
 	python3 scripts/check-image-libs.py target/debug/media-worker Dockerfile
 	python3 scripts/validate-k8s.py target/debug/media-worker
 
-## Supply chain: licences, banned and duplicate crates, sources (deny.toml); formatting; no
-## import cycle between files or folders of src/ (tests/architecture.rs); clippy. Advisories need
-## the RustSec database from GitHub, which this project's machines cannot reach: `make
-## audit` runs them where it can.
-lint: setup-test
-	cargo deny check bans licenses sources
+## Supply chain: advisories, licences, banned and duplicate crates, sources (deny.toml), offline:
+## the RustSec database comes from ../shared/advisory-db.bundle (`advisory-db`); formatting; no
+## import cycle between files or folders of src/ (tests/architecture.rs); clippy.
+lint: setup-test advisory-db
+	MEDIA_WORKER_ADVISORY_DBS=$(ADVISORY_DBS) cargo deny --offline check advisories bans licenses sources
 	cargo fmt --all -- --check
 	cargo test --test architecture
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features attack-probe -- -D warnings
 
+## The advisories against the newest RustSec database, fetched from GitHub (where it is reached).
 audit: setup-test
 	cargo deny check advisories
+
+## The RustSec database of ../shared/advisory-db.bundle, cloned where cargo-deny looks for the
+## default database URL (db-path in deny.toml); cloned again when the bundle changes.
+ADVISORY_BUNDLE ?= ../shared/advisory-db.bundle
+ADVISORY_DBS ?= $(HOME)/.cache/media-worker/advisory-dbs
+advisory-db:
+	@db=$(ADVISORY_DBS)/advisory-db-3157b0e258782691; \
+	head=$$(git bundle list-heads $(ADVISORY_BUNDLE) HEAD | cut -d' ' -f1); \
+	if [ "$$(git -C $$db rev-parse HEAD 2>/dev/null)" != "$$head" ]; then \
+	  rm -rf $$db && git clone --quiet $(ADVISORY_BUNDLE) $$db; fi
+
+## The runtime image, built by this machine's Docker Engine (setup-test installs and starts it)
+## from the binary built here: `media-worker:latest` (what deploy/k8s runs), and
+## `media-worker:attack-probe` (the same with the test-only probe, for tests/container.rs only;
+## the shipped one is checked to lack it). Debug binaries, as in deploy-check: the ones `make
+## test` builds anyway (same crates, features and libraries; a release build would cost CI
+## about 6 minutes). `make image IMAGE_PROFILE=release` ships a release build.
+IMAGE_PROFILE ?= debug
+image: setup-test
+	cargo build $(if $(filter release,$(IMAGE_PROFILE)),--release) --bin media-worker
+	scripts/image.sh target/$(IMAGE_PROFILE)/media-worker media-worker:latest
+	cargo build --features attack-probe --bin media-worker
+	scripts/image.sh target/debug/media-worker media-worker:attack-probe --probe
 
 bench: setup-test sharp
 	cargo bench --bench throughput -- --sharp $(TOOLS)/sharp --photos 6 --rounds 6

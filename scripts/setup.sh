@@ -15,6 +15,9 @@ if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(libimage-exiftool-perl python3-p
 if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(chromium); fi
 # AVIF outputs read back by libavif's avifdec (dav1d), not by the libheif the worker writes with.
 if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(libavif-bin); fi
+# tests/container.rs runs the image in Debian's Docker Engine (`make image` builds it); its base
+# image is made with debootstrap (Docker Hub is not reachable from CI).
+if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(docker.io debootstrap); fi
 # The tests' Kafka broker runs on Java, fetched with Maven (scripts/kafka.sh).
 if [ "${1:-}" = "--test" ]; then
   command -v java >/dev/null || APT_PACKAGES+=(openjdk-17-jre-headless)
@@ -85,4 +88,15 @@ if [ "${1:-}" = "--test" ]; then
       playwright-core@1.65.1 hls.js@1.7.4 dashjs@5.2.1
   fi
   command -v kubectl >/dev/null || { echo "setup: kubectl (with kustomize) is required"; exit 1; }
+  # The engine, started when none answers: containers use the host's network (every test
+  # connection stays on loopback), so no bridge and no iptables rules.
+  if ! docker info >/dev/null 2>&1; then
+    log=$HOME/.cache/media-worker/dockerd.log
+    mkdir -p "$(dirname "$log")"
+    echo "setup: starting dockerd (log: $log)"
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO setsid dockerd --bridge=none --iptables=false </dev/null >>"$log" 2>&1 &
+    for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+    docker info >/dev/null 2>&1 || { echo "setup: dockerd did not start:"; tail -20 "$log"; exit 1; }
+  fi
 fi
