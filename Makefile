@@ -87,6 +87,21 @@ image: setup-test
 	cargo build --features attack-probe --bin media-worker
 	scripts/image.sh target/debug/media-worker media-worker:attack-probe --probe
 
+## An SBOM of what ships, target/sbom/media-worker.cdx.json (CycloneDX 1.5): the binary's crates
+## as built (shipped features, no build-time crates; cargo-cyclonedx, which `setup.sh --sbom`
+## installs) and the Debian packages of media-worker:latest (dpkg in the image).
+sbom: image
+	@scripts/setup.sh --sbom
+	mkdir -p target/sbom
+	cargo cyclonedx --format json --spec-version 1.5 --no-build-deps \
+		--target $$(rustc -vV | sed -n 's/^host: //p') --override-filename media-worker-crates
+	mv media-worker-crates.json target/sbom/
+	docker run --rm --network none --entrypoint dpkg-query media-worker:latest \
+		-W -f '$${Package}\t$${Version}\t$${Architecture}\n' > target/sbom/debian-packages.tsv
+	python3 scripts/sbom.py target/sbom/media-worker-crates.json target/sbom/debian-packages.tsv \
+		> target/sbom/media-worker.cdx.json
+	@echo "sbom: target/sbom/media-worker.cdx.json"
+
 bench: setup-test sharp
 	cargo bench --bench throughput -- --sharp $(TOOLS)/sharp --photos 6 --rounds 6
 	cargo bench --bench pipeline -- --profile default --pool 2 --rounds 10 --analysis compare

@@ -3,7 +3,17 @@
 #   scripts/setup.sh          system packages (build + runtime)
 #   scripts/setup.sh --test   also the test servers: Apache Kafka (scripts/kafka.sh, from
 #                             Maven Central) and s3s-fs (S3 API)
+#   scripts/setup.sh --sbom   only cargo-cyclonedx (`make sbom`)
 set -euo pipefail
+
+if [ "${1:-}" = "--sbom" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+  if ! cargo cyclonedx --version 2>/dev/null | grep -q '0.5.9'; then
+    echo "setup: cargo install cargo-cyclonedx 0.5.9"
+    cargo install --locked cargo-cyclonedx --version 0.5.9
+  fi
+  exit 0
+fi
 
 APT_PACKAGES=(pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev opencv-data ffmpeg)
 # Tests read outputs back with independent tools: exiftool (metadata), Pillow (colours),

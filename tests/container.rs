@@ -70,7 +70,10 @@ fn pod() -> Pod {
     let (pod_sc, c) = (&spec["securityContext"], &spec["containers"][0]);
     let sc = &c["securityContext"];
     assert_eq!(pod_sc["runAsNonRoot"].as_bool(), Some(true));
-    assert_eq!(pod_sc["seccompProfile"]["type"].as_str(), Some("RuntimeDefault"));
+    assert_eq!(
+        pod_sc["seccompProfile"]["type"].as_str(),
+        Some("RuntimeDefault")
+    );
     assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
     assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
     assert_eq!(sc["capabilities"]["drop"][0].as_str(), Some("ALL"));
@@ -235,7 +238,10 @@ fn assert_confined_as_the_pod(c: &Container) {
         .iter()
         .map(|l| format!("{l}={}", c.layer(l).unwrap_or(-1.0)))
         .collect();
-    println!("container: media_worker_sandbox_layers {}", layers.join(" "));
+    println!(
+        "container: media_worker_sandbox_layers {}",
+        layers.join(" ")
+    );
     for l in LAYERS {
         assert_eq!(c.layer(l), Some(1.0), "layer {l}");
     }
@@ -267,7 +273,12 @@ fn pillow(paths: &[PathBuf]) -> Vec<serde_json::Value> {
 /// Codec, width and height of each stream of a media file (ffprobe).
 fn ffprobe(path: &Path) -> String {
     let out = Command::new("ffprobe")
-        .args(["-v", "error", "-show_entries", "stream=codec_name,width,height"])
+        .args([
+            "-v",
+            "error",
+            "-show_entries",
+            "stream=codec_name,width,height",
+        ])
         .args(["-of", "csv=p=0"])
         .arg(path)
         .output()
@@ -371,7 +382,11 @@ async fn the_shipped_image_runs_every_kind_of_media_as_the_pod() {
         std::fs::write(&path, bytes).unwrap();
         let streams = ffprobe(&path);
         let video = format!("h264,{},{}", o.width, o.height);
-        assert!(streams.contains(&video) && streams.contains("aac"), "{}: {streams}", o.key);
+        assert!(
+            streams.contains(&video) && streams.contains("aac"),
+            "{}: {streams}",
+            o.key
+        );
     }
 
     // Streaming: the HLS master and everything it names, read back through S3 and parsed by
@@ -537,7 +552,11 @@ async fn a_compromised_decoder_in_the_pod_gets_nothing() {
         assert!(!report.contains(leaked), "{leaked} in {report}");
     }
     let created = c.exec(&["test", "-e", "/scratch/left-by-the-attacker"]);
-    assert_eq!(created.status.code(), Some(1), "the attacker created a file");
+    assert_eq!(
+        created.status.code(),
+        Some(1),
+        "the attacker created a file"
+    );
     match listener.accept() {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
         other => panic!("a connection to the test's server: {other:?}"),
@@ -616,7 +635,10 @@ async fn docker_stop_drains_within_the_grace_period() {
     );
     assert_eq!(code, 0, "{}", c.logs());
     assert!(took < grace, "{took:?}");
-    assert!(answered >= in_flight as i64, "the jobs in flight were answered");
+    assert!(
+        answered >= in_flight as i64,
+        "the jobs in flight were answered"
+    );
 
     let next = Container::run(SHIPPED, &env, &[]);
     next.wait_consuming();
