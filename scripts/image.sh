@@ -9,7 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 binary=$1 tag=$2 probe=${3:-}
-docker=${DOCKER:-docker}
+# Debian's client of the engine setup.sh installs: it builds with BuildKit itself (a newer client
+# elsewhere on PATH may need the buildx plugin for that).
+docker=${DOCKER:-/usr/bin/docker}
 marker=MEDIA-WORKER-ATTACK-PROBE
 
 if ! $docker image inspect debian:12-slim >/dev/null 2>&1; then
