@@ -253,9 +253,10 @@ fn by_media_id(rs: Vec<Received>) -> BTreeMap<String, OptimizeResponse> {
         .collect()
 }
 
-/// Format, size and frame count of image files, read by Pillow (not by libvips).
+/// Format, size and frame count of image files, read by Pillow (not by libvips): Debian's
+/// python3-pil (scripts/setup.sh --test).
 fn pillow(paths: &[PathBuf]) -> Vec<serde_json::Value> {
-    let out = Command::new("python3")
+    let out = Command::new("/usr/bin/python3")
         .arg("-c")
         .arg(
             "import json, sys\nfrom PIL import Image\nout = []\nfor p in sys.argv[1:]:\n    \
@@ -398,7 +399,8 @@ async fn the_shipped_image_runs_every_kind_of_media_as_the_pod() {
         .expect("an HLS entry point");
     let local = dir.path().join("hls");
     let fetched = stack.fetch_hls(&master.key, &local).await;
-    assert!(fetched >= 3 * 4 + 1, "{fetched}");
+    // The master; a playlist, an init segment and a segment at least for each rung and the audio.
+    assert!(fetched > 3 * 3, "{fetched}");
     let master_file = local.join(master.key.rsplit('/').next().unwrap());
     let parsed = Command::new("python3")
         .arg(manifest_path("tests/streaming/hls.py"))
@@ -407,7 +409,11 @@ async fn the_shipped_image_runs_every_kind_of_media_as_the_pod() {
         .unwrap();
     assert!(parsed.status.success(), "{parsed:?}");
     let parsed: serde_json::Value = serde_json::from_slice(&parsed.stdout).unwrap();
-    assert_eq!(parsed["variants"].as_array().unwrap().len(), 2, "{parsed}");
+    let variants = parsed["variants"].as_array().unwrap();
+    assert_eq!(variants.len(), 2, "{parsed}");
+    for v in variants {
+        assert!(!v["playlist"]["segments"].as_array().unwrap().is_empty(), "{v}");
+    }
 }
 
 /// An upload that makes a job process of the probe image perform `attacks`.
