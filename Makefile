@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 DIR ?= ../shared/corpus
 
-.PHONY: setup setup-test build release demo test test-fleet lint audit advisory-db deploy-check image sbom bench sharp bench-quality fuzz eval-faces schemas clean
+.PHONY: setup setup-test build release demo test test-fleet lint audit advisory-db deploy-check image test-images sbom bench sharp bench-quality fuzz eval-faces schemas clean
 
 setup:
 	@scripts/setup.sh
@@ -27,8 +27,8 @@ demo: release
 ## protocol (consumer); `make test-fleet` runs them under both. Benchmarks are compiled by
 ## `lint` (clippy --all-targets) and run by `make bench`. Tests are built with the test-only
 ## feature `attack-probe` (tests/confinement.rs plays a compromised decoder with it). The
-## images are built first (`image`): tests/container.rs runs them.
-test: setup-test lint deploy-check image
+## images are built first (`test-images`): tests/container.rs runs them.
+test: setup-test lint deploy-check test-images
 	cargo nextest run --features attack-probe --lib --bins --tests \
 		-E 'not (binary(fleet) and test(/^classic::/))'
 
@@ -74,17 +74,20 @@ advisory-db:
 	if [ "$$(git -C $$db rev-parse HEAD 2>/dev/null)" != "$$head" ]; then \
 	  rm -rf $$db && git clone --quiet $(ADVISORY_BUNDLE) $$db; fi
 
-## The runtime image, built by this machine's Docker Engine (setup-test installs and starts it)
-## from the binary built here: `media-worker:latest` (what deploy/k8s runs), and
-## `media-worker:attack-probe` (the same with the test-only probe, for tests/container.rs only;
-## the shipped one is checked to lack it). Debug binaries, as in deploy-check: the ones `make
-## test` builds anyway (same crates, features and libraries; a release build would cost CI
-## about 6 minutes). `make image IMAGE_PROFILE=release` ships a release build.
+## The runtime image `media-worker:latest` (what deploy/k8s runs), built by this machine's Docker
+## Engine (setup-test installs and starts it) from the binary built here. The debug binary, as in
+## deploy-check: the one `make test` builds anyway (same crates, features and libraries; a release
+## build would cost CI about 6 minutes). `make image IMAGE_PROFILE=release` ships a release build.
 IMAGE_PROFILE ?= debug
 image: setup-test
 	cargo build $(if $(filter release,$(IMAGE_PROFILE)),--release) --bin media-worker
 	scripts/image.sh target/$(IMAGE_PROFILE)/media-worker media-worker:latest
-	cargo build --features attack-probe --bin media-worker
+
+## For tests/container.rs only: `media-worker:attack-probe`, the same image with the binary the
+## tests are built with (test-only feature, dev-dependencies' features: the build nextest then
+## finds done). The shipped image is checked to lack the probe.
+test-images: image
+	cargo test --no-run --features attack-probe --lib --bins --tests
 	scripts/image.sh target/debug/media-worker media-worker:attack-probe --probe
 
 ## An SBOM of what ships, target/sbom/media-worker.cdx.json (CycloneDX 1.5): the binary's crates

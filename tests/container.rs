@@ -518,7 +518,7 @@ async fn a_compromised_decoder_in_the_pod_gets_nothing() {
     stack.send(&request("warm", PHOTO)).await;
     assert_eq!(responses.take(1, MINUTE)[0].body.status, Status::Completed);
     let file = host.path().join("probes.png");
-    std::fs::write(&file, hostile(probes)).unwrap();
+    std::fs::write(&file, hostile(probes.clone())).unwrap();
     stack.upload_file("probes.png", &file).await;
     stack.send(&request("probes", "probes.png")).await;
     let got = responses.take(1, 2 * MINUTE).remove(0).body;
@@ -526,8 +526,9 @@ async fn a_compromised_decoder_in_the_pod_gets_nothing() {
     let e = got.error.as_ref().expect("the probes' job failed");
     assert_eq!(e.code, ErrorCode::UnsupportedMedia, "{}", e.message);
     let report = &e.message;
-    for line in report.trim_start_matches("attack probe: ").split("; ") {
-        println!("container: attack {line}");
+    let lines = report.split_once("attack probe: ").unwrap().1.split("; ");
+    for (probe, line) in probes.as_array().unwrap().iter().zip(lines) {
+        println!("container: attack {probe} -> {line}");
     }
     for probe in [
         "read_environ",
