@@ -51,10 +51,12 @@ deploy-check: setup-test
 	python3 scripts/validate-k8s.py target/debug/media-worker
 
 ## Supply chain: advisories, licences, banned and duplicate crates, sources (deny.toml), offline:
-## the RustSec database comes from ../shared/advisory-db.bundle (`advisory-db`); formatting; no
-## import cycle between files or folders of src/ (tests/architecture.rs); clippy.
+## the RustSec database from ../shared/advisory-db.bundle (`advisory-db`), the crates fetched
+## first; formatting; no import cycle between files or folders of src/ (tests/architecture.rs);
+## clippy.
 lint: setup-test advisory-db
-	MEDIA_WORKER_ADVISORY_DBS=$(ADVISORY_DBS) cargo deny --offline check advisories bans licenses sources
+	cargo fetch --locked --quiet
+	cargo deny --offline check advisories bans licenses sources
 	cargo fmt --all -- --check
 	cargo test --test architecture
 	cargo clippy --all-targets -- -D warnings
@@ -64,15 +66,15 @@ lint: setup-test advisory-db
 audit: setup-test
 	cargo deny check advisories
 
-## The RustSec database of ../shared/advisory-db.bundle, cloned where cargo-deny looks for the
-## default database URL (db-path in deny.toml); cloned again when the bundle changes.
+## The RustSec database of ../shared/advisory-db.bundle, cloned where deny.toml's db-path expects
+## the default database URL's: cloned again unless the clone holds the bundle's commit (a newer
+## bundle; `make audit` may have fetched past it).
 ADVISORY_BUNDLE ?= ../shared/advisory-db.bundle
-ADVISORY_DBS ?= $(HOME)/.cache/media-worker/advisory-dbs
 advisory-db:
-	@db=$(ADVISORY_DBS)/advisory-db-3157b0e258782691; \
+	@db=$(HOME)/.cache/media-worker/advisory-dbs/advisory-db-3157b0e258782691; \
 	head=$$(git bundle list-heads $(ADVISORY_BUNDLE) HEAD | cut -d' ' -f1); \
-	if [ "$$(git -C $$db rev-parse HEAD 2>/dev/null)" != "$$head" ]; then \
-	  rm -rf $$db && git clone --quiet $(ADVISORY_BUNDLE) $$db; fi
+	git -C $$db merge-base --is-ancestor $$head HEAD 2>/dev/null || \
+	  { rm -rf $$db && git clone --quiet $(ADVISORY_BUNDLE) $$db; }
 
 ## The runtime image `media-worker:latest` (what deploy/k8s runs), built by this machine's Docker
 ## Engine (setup-test installs and starts it) from the binary built here. The debug binary, as in
