@@ -100,6 +100,7 @@ impl Container {
     /// `image` with the worker's `env` and further `docker run` arguments (mounts). The
     /// deployment's worker.toml is mounted where the pod's ConfigMap is.
     fn run(image: &str, env: &HashMap<String, String>, extra: &[&str]) -> Container {
+        remove_orphans();
         let pod = pod();
         let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let config = format!(
@@ -109,7 +110,7 @@ impl Container {
         let mut args: Vec<String> = [
             "run",
             "--detach",
-            "--label=media-worker-test",
+            &format!("--label=media-worker-test={}", std::process::id()),
             "--user",
             &pod.user,
             "--cap-drop=ALL",
@@ -209,6 +210,24 @@ impl Drop for Container {
             eprintln!("---- container log ----\n{}", self.logs());
         }
         let _ = docker(&["rm", "--force", &self.id]);
+    }
+}
+
+/// Removes the containers of test processes that are gone (killed at their time limit, say:
+/// no `Drop` ran).
+fn remove_orphans() {
+    let listed = docker_ok(&[
+        "ps",
+        "--all",
+        "--filter=label=media-worker-test",
+        "--format={{.ID}} {{.Label \"media-worker-test\"}}",
+    ]);
+    for line in listed.lines() {
+        if let Some((id, pid)) = line.split_once(' ')
+            && !Path::new("/proc").join(pid).exists()
+        {
+            let _ = docker(&["rm", "--force", id]);
+        }
     }
 }
 
@@ -417,6 +436,19 @@ async fn the_shipped_image_runs_every_kind_of_media_as_the_pod() {
             "{v}"
         );
     }
+}
+
+/// With a layer missing (here turned off, as on a node whose kernel lacks Landlock), the pod's
+/// MEDIA_SANDBOX_REQUIRE stops the worker at start, naming the layer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_refuses_to_start_without_a_layer() {
+    let stack = Stack::start(1).await;
+    let mut env = stack.worker_env("g-pod-layers");
+    env.insert("MEDIA_SANDBOX_DISABLE".into(), "landlock".into());
+    let c = Container::run(SHIPPED, &env, &[]);
+    let code = docker_ok(&["wait", &c.id]);
+    assert_eq!(code, "1", "{}", c.logs());
+    assert!(c.logs().contains("landlock_fs"), "{}", c.logs());
 }
 
 /// An upload that makes a job process of the probe image perform `attacks`.
