@@ -51,11 +51,16 @@ if [ "$probe" != --probe ] && [ $has_probe = yes ]; then
 fi
 mkdir -p target/image
 strip -o target/image/media-worker "$binary"
+old=$($docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
 # The label lets the tests check that an image holds the binary they were built with.
 DOCKER_BUILDKIT=1 $docker build --quiet --network host --build-arg BINARY=prebuilt \
   --label "media-worker.binary-sha256=$(sha256sum <"$binary" | cut -d' ' -f1)" \
   -t "$tag" . >/dev/null
 if [ "$probe" != --probe ] && $docker run --rm --entrypoint grep "$tag" -q "$marker" /usr/local/bin/media-worker; then
   echo "image: $tag carries the attack probe"; exit 1
+fi
+# The image this one replaces (a binary layer of tens of MB each build), unless still in use.
+if [ -n "$old" ] && [ "$old" != "$($docker image inspect -f '{{.Id}}' "$tag")" ]; then
+  $docker image rm "$old" >/dev/null 2>&1 || true
 fi
 echo "image: $tag, $(($($docker image inspect -f '{{.Size}}' "$tag") / 1000000)) MB"
