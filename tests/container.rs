@@ -649,6 +649,8 @@ async fn docker_stop_drains_within_the_grace_period() {
     );
     assert_eq!(code, 0, "{}", c.logs());
     assert!(took < grace, "{took:?}");
+    // The worker, not tini, heard SIGTERM (tini forwards it) and drained.
+    assert!(c.logs().contains("SIGTERM: draining"), "{}", c.logs());
     assert!(
         answered >= in_flight as i64,
         "the jobs in flight were answered"
