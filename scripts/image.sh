@@ -56,7 +56,7 @@ old=$($docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
 DOCKER_BUILDKIT=1 $docker build --quiet --network host --build-arg BINARY=prebuilt \
   --label "media-worker.binary-sha256=$(sha256sum <"$binary" | cut -d' ' -f1)" \
   -t "$tag" . >/dev/null
-if [ "$probe" != --probe ] && $docker run --rm --entrypoint grep "$tag" -q "$marker" /usr/local/bin/media-worker; then
+if [ "$probe" != --probe ] && $docker run --rm --network none --entrypoint grep "$tag" -q "$marker" /usr/local/bin/media-worker; then
   echo "image: $tag carries the attack probe"; exit 1
 fi
 # The image this one replaces (a binary layer of tens of MB each build), unless still in use.
