@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 DIR ?= ../shared/corpus
 
-.PHONY: setup setup-test setup-demo build release demo test test-fleet lint audit deploy-check bench sharp bench-quality fuzz eval-faces schemas clean
+.PHONY: setup setup-test setup-demo build release demo test test-fleet lint audit advisory-db deploy-check image test-images sbom bench sharp bench-quality fuzz eval-faces schemas clean
 
 setup:
 	@scripts/setup.sh
@@ -30,8 +30,9 @@ demo: setup-demo release
 ## per test (.config/nextest.toml). The fleet scenarios run here under the default group
 ## protocol (consumer); `make test-fleet` runs them under both. Benchmarks are compiled by
 ## `lint` (clippy --all-targets) and run by `make bench`. Tests are built with the test-only
-## feature `attack-probe` (tests/confinement.rs plays a compromised decoder with it).
-test: setup-test lint deploy-check
+## feature `attack-probe` (tests/confinement.rs plays a compromised decoder with it). The
+## images are built first (`test-images`): tests/container.rs runs them.
+test: setup-test lint deploy-check test-images
 	cargo nextest run --features attack-probe --lib --bins --tests \
 		-E 'not (binary(fleet) and test(/^classic::/))'
 
@@ -53,19 +54,62 @@ deploy-check: setup-test
 	python3 scripts/check-image-libs.py target/debug/media-worker Dockerfile
 	python3 scripts/validate-k8s.py target/debug/media-worker
 
-## Supply chain: licences, banned and duplicate crates, sources (deny.toml); formatting; no
-## import cycle between files or folders of src/ (tests/architecture.rs); clippy. Advisories need
-## the RustSec database from GitHub, which this project's machines cannot reach: `make
-## audit` runs them where it can.
-lint: setup-test
-	cargo deny check bans licenses sources
+## Supply chain: advisories, licences, banned and duplicate crates, sources (deny.toml), offline:
+## the RustSec database from ../shared/advisory-db.bundle (`advisory-db`), the crates fetched
+## first; formatting; no import cycle between files or folders of src/ (tests/architecture.rs);
+## clippy.
+lint: setup-test advisory-db
+	cargo fetch --locked --quiet
+	cargo deny --offline check advisories bans licenses sources
 	cargo fmt --all -- --check
 	cargo test --test architecture
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features attack-probe -- -D warnings
 
+## The advisories against the newest RustSec database, fetched from GitHub (where it is reached).
 audit: setup-test
 	cargo deny check advisories
+
+## The RustSec database of ../shared/advisory-db.bundle, cloned where deny.toml's db-path expects
+## the default database URL's: cloned again unless the clone holds the bundle's commit (a newer
+## bundle; `make audit` may have fetched past it).
+ADVISORY_BUNDLE ?= ../shared/advisory-db.bundle
+advisory-db:
+	@db=$(HOME)/.cache/media-worker/advisory-dbs/advisory-db-3157b0e258782691; \
+	head=$$(git bundle list-heads $(ADVISORY_BUNDLE) HEAD | cut -d' ' -f1); \
+	git -C $$db merge-base --is-ancestor $$head HEAD 2>/dev/null || \
+	  { rm -rf $$db && git clone --quiet $(ADVISORY_BUNDLE) $$db; }
+
+## The runtime image `media-worker:latest` (what deploy/k8s runs), built by this machine's Docker
+## Engine (setup-test installs and starts it) from the binary built here. The debug binary, as in
+## deploy-check: the one `make test` builds anyway (same crates, features and libraries; a release
+## build would cost CI about 6 minutes). `make image IMAGE_PROFILE=release` ships a release build.
+IMAGE_PROFILE ?= debug
+image: setup-test
+	cargo build $(if $(filter release,$(IMAGE_PROFILE)),--release) --bin media-worker
+	scripts/image.sh target/$(IMAGE_PROFILE)/media-worker media-worker:latest
+
+## For tests/container.rs only: `media-worker:attack-probe`, the same image with the binary the
+## tests are built with (test-only feature, dev-dependencies' features: the build nextest then
+## finds done). The shipped image is checked to lack the probe.
+test-images: image
+	cargo test --no-run --features attack-probe --lib --bins --tests
+	scripts/image.sh target/debug/media-worker media-worker:attack-probe --probe
+
+## An SBOM of what ships, target/sbom/media-worker.cdx.json (CycloneDX 1.5): the binary's crates
+## as built (shipped features, no build-time crates; cargo-cyclonedx, which `setup.sh --sbom`
+## installs) and the Debian packages of media-worker:latest (dpkg in the image).
+sbom: image
+	@scripts/setup.sh --sbom
+	mkdir -p target/sbom
+	cargo cyclonedx --format json --spec-version 1.5 --no-build-deps \
+		--target $$(rustc -vV | sed -n 's/^host: //p') --override-filename media-worker-crates
+	mv media-worker-crates.json target/sbom/
+	docker run --rm --network none --entrypoint dpkg-query media-worker:latest \
+		-W -f '$${Package}\t$${Version}\t$${Architecture}\n' > target/sbom/debian-packages.tsv
+	python3 scripts/sbom.py target/sbom/media-worker-crates.json target/sbom/debian-packages.tsv \
+		> target/sbom/media-worker.cdx.json
+	@echo "sbom: target/sbom/media-worker.cdx.json"
 
 bench: setup-test sharp
 	cargo bench --bench throughput -- --sharp $(TOOLS)/sharp --photos 6 --rounds 6

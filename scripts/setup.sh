@@ -4,7 +4,17 @@
 #   scripts/setup.sh --test   also the test servers: Apache Kafka (scripts/kafka.sh, from
 #                             Maven Central) and s3s-fs (S3 API)
 #   scripts/setup.sh --demo   also hls.js for the demo's gallery page (make demo)
+#   scripts/setup.sh --sbom   only cargo-cyclonedx (`make sbom`)
 set -euo pipefail
+
+if [ "${1:-}" = "--sbom" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+  if ! cargo cyclonedx --version 2>/dev/null | grep -q '0.5.9'; then
+    echo "setup: cargo install cargo-cyclonedx 0.5.9"
+    cargo install --locked cargo-cyclonedx --version 0.5.9
+  fi
+  exit 0
+fi
 
 # hls.js: the player of the demo's page and of tests/playback.rs, one version for both.
 HLS_JS_VERSION=1.7.4
@@ -22,6 +32,9 @@ if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(chromium); fi
 if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(libavif-bin); fi
 # npm fetches hls.js (and, for tests, the other players).
 if [ "${1:-}" = "--test" ] || [ "${1:-}" = "--demo" ]; then command -v npm >/dev/null || APT_PACKAGES+=(npm); fi
+# tests/container.rs runs the image in Debian's Docker Engine (`make image` builds it); its base
+# image is made with debootstrap (Docker Hub is not reachable from CI).
+if [ "${1:-}" = "--test" ]; then APT_PACKAGES+=(docker.io debootstrap); fi
 # The tests' Kafka broker runs on Java, fetched with Maven (scripts/kafka.sh).
 if [ "${1:-}" = "--test" ]; then
   command -v java >/dev/null || APT_PACKAGES+=(openjdk-17-jre-headless)
@@ -91,6 +104,17 @@ if [ "${1:-}" = "--test" ]; then
       playwright-core@1.65.1 "hls.js@$HLS_JS_VERSION" dashjs@5.2.1
   fi
   command -v kubectl >/dev/null || { echo "setup: kubectl (with kustomize) is required"; exit 1; }
+  # The engine, started when none answers: containers use the host's network (every test
+  # connection stays on loopback), so no bridge and no iptables rules.
+  if ! docker info >/dev/null 2>&1; then
+    log=$HOME/.cache/media-worker/dockerd.log
+    mkdir -p "$(dirname "$log")"
+    echo "setup: starting dockerd (log: $log)"
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO setsid dockerd --bridge=none --iptables=false </dev/null >>"$log" 2>&1 &
+    for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+    docker info >/dev/null 2>&1 || { echo "setup: dockerd did not start:"; tail -20 "$log"; exit 1; }
+  fi
 fi
 
 # The demo's page loads hls.js from its own folder (the demo copies it there from this cache).

@@ -413,27 +413,7 @@ async fn a_stream_lands_before_its_entry_points_and_resumes_per_rung() {
         .expect("an HLS entry point");
     assert_eq!(master.key, "user-1/videos/vid-s/hls/master.m3u8");
     let local = dir.path().join("read-back");
-    let mut pending = vec!["master.m3u8".to_owned()];
-    let mut fetched = 0;
-    while let Some(name) = pending.pop() {
-        let key = format!("user-1/videos/vid-s/hls/{name}");
-        let (bytes, _, _) = stack.get(OUTPUT_BUCKET, &key).await;
-        let path = local.join(&name);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, &bytes).unwrap();
-        fetched += 1;
-        if name.ends_with(".m3u8") {
-            let base = std::path::Path::new(&name).parent().unwrap();
-            for line in String::from_utf8(bytes).unwrap().lines() {
-                let uri = match line.split_once("URI=\"") {
-                    Some((_, rest)) => rest.split('"').next().unwrap(),
-                    None if !line.starts_with('#') && !line.is_empty() => line,
-                    None => continue,
-                };
-                pending.push(base.join(uri).to_string_lossy().into_owned());
-            }
-        }
-    }
+    let fetched = stack.fetch_hls(&master.key, &local).await;
     // master, 2 rungs and the audio: a playlist, an init segment and at least 2 segments each
     // (every GET above succeeded: the object exists).
     let least = 3 * 4 + 1;

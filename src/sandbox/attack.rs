@@ -24,6 +24,8 @@ pub const MARKER: &[u8] = b"MEDIA-WORKER-ATTACK-PROBE\n";
 pub enum Attack {
     /// Read another process's environment (the worker's S3 secret).
     ReadEnviron(i32),
+    /// Open another process's memory (`/proc/<pid>/mem`): once open, every page of it reads.
+    ReadMem(i32),
     /// Read a file outside the job's scratch (a secret, another job's source).
     ReadFile(PathBuf),
     /// Create a file outside the job's scratch.
@@ -66,6 +68,10 @@ pub fn perform(req: &Request, out: &mut impl Write) -> Option<Result<MediaOutput
     for attack in attacks {
         let line = match attack {
             Attack::ReadEnviron(pid) => got("read_environ", read(format!("/proc/{pid}/environ"))),
+            Attack::ReadMem(pid) => got(
+                "read_mem",
+                std::fs::File::open(format!("/proc/{pid}/mem")).map(|_| "opened".into()),
+            ),
             Attack::ReadFile(p) => got("read_file", read(p)),
             Attack::CreateFile(p) => got(
                 "create_file",

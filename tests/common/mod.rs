@@ -126,6 +126,52 @@ pub mod synthetic;
 #[allow(unused_imports)]
 pub use synthetic::synthetic_video;
 
+/// What a compromised decoder's probes report (`sandbox::attack`): each of `probes` refused,
+/// none succeeded, and nothing an attacker was after in the report (the S3 secret, the tests'
+/// planted secrets, a shell's output).
+pub fn assert_all_refused(report: &str, probes: &[&str]) {
+    for probe in probes {
+        assert!(
+            report.contains(&format!("{probe}: refused")),
+            "{probe}: {report}"
+        );
+    }
+    assert!(!report.contains("SUCCEEDED"), "{report}");
+    for leaked in [
+        SECRET_KEY,
+        "the-secret-in-a-file",
+        "another-tenants-upload",
+        "pwned",
+    ] {
+        assert!(!report.contains(leaked), "{leaked} in {report}");
+    }
+}
+
+/// The probes both sandbox attack tests make, by the names they report under.
+pub const PROBES: [&str; 11] = [
+    "read_environ",
+    "read_file",
+    "connect",
+    "connect_unix",
+    "create_file",
+    "exec",
+    "ptrace",
+    "signal",
+    "setsid",
+    "ffmpeg_read",
+    "ffmpeg_connect",
+];
+
+/// The pid of the process the `sleeper` probe left behind, from its report.
+pub fn sleeper_pid(report: &str) -> i32 {
+    report
+        .split("sleeper: ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no sleeper pid in {report}"))
+}
+
 #[allow(unused_imports)]
 pub use media_worker::media::video::exits_within;
 

@@ -102,6 +102,34 @@ impl Stack {
         )
     }
 
+    /// Fetches an HLS master playlist (output `master_key`) and every playlist and segment it
+    /// leads to into `local`, keeping their relative paths; how many objects (each GET must
+    /// succeed: the object exists).
+    pub async fn fetch_hls(&self, master_key: &str, local: &Path) -> usize {
+        let (prefix, master) = master_key.rsplit_once('/').unwrap();
+        let mut pending = vec![master.to_owned()];
+        let mut fetched = 0;
+        while let Some(name) = pending.pop() {
+            let (bytes, _, _) = self.get(OUTPUT_BUCKET, &format!("{prefix}/{name}")).await;
+            let path = local.join(&name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &bytes).unwrap();
+            fetched += 1;
+            if name.ends_with(".m3u8") {
+                let base = Path::new(&name).parent().unwrap();
+                for line in String::from_utf8(bytes).unwrap().lines() {
+                    let uri = match line.split_once("URI=\"") {
+                        Some((_, rest)) => rest.split('"').next().unwrap(),
+                        None if !line.starts_with('#') && !line.is_empty() => line,
+                        None => continue,
+                    };
+                    pending.push(base.join(uri).to_string_lossy().into_owned());
+                }
+            }
+        }
+        fetched
+    }
+
     pub fn worker_env(&self, group: &str) -> HashMap<String, String> {
         let mut env = HashMap::new();
         let mut set = |k: &str, v: &str| {

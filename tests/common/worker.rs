@@ -61,13 +61,7 @@ impl Worker {
 
     /// One sample of a metric from /metrics: the first line starting with `line_start`.
     pub fn metric(&self, line_start: &str) -> Option<f64> {
-        let (_, text) = self.http_get("/metrics")?;
-        text.lines()
-            .find(|l| l.starts_with(line_start))?
-            .split_whitespace()
-            .last()?
-            .parse()
-            .ok()
+        metric(self.http, line_start)
     }
 
     pub fn scratch_dir(&self) -> PathBuf {
@@ -78,21 +72,9 @@ impl Worker {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// GET a path on the worker's HTTP server (plain HTTP/1.0, no client crate needed).
+    /// GET a path on the worker's HTTP server.
     pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
-        use std::io::{Read, Write};
-        let mut s = TcpStream::connect_timeout(&self.http, Duration::from_secs(5)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-        s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-        let mut buf = String::new();
-        s.read_to_string(&mut buf).ok()?;
-        let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-        let body = buf
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        Some((status, body))
+        http_get(self.http, path)
     }
 
     /// Waits until the worker is consuming (ready, with partitions assigned).
@@ -107,21 +89,12 @@ impl Worker {
 
     /// Ready, with partitions assigned.
     fn is_ready(&self) -> Option<()> {
-        let (status, _) = self.http_get("/health/ready")?;
-        let (_, metrics) = self.http_get("/metrics")?;
-        let assigned = metrics
-            .lines()
-            .find(|l| l.starts_with("media_worker_kafka_assigned_partitions "))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())?;
-        (status == 200 && assigned > 0.0).then_some(())
+        consuming(self.http)
     }
 
     /// Active jobs per `/jobs`.
     pub fn jobs(&self) -> Vec<serde_json::Value> {
-        self.http_get("/jobs")
-            .and_then(|(_, b)| serde_json::from_str::<serde_json::Value>(&b).ok())
-            .and_then(|v| v["jobs"].as_array().cloned())
-            .unwrap_or_default()
+        jobs(self.http)
     }
 
     pub fn pid(&self) -> i32 {
@@ -171,4 +144,47 @@ impl Drop for Worker {
             eprintln!("---- worker log ----\n{}", self.log());
         }
     }
+}
+
+/// GET a path on a worker's HTTP server at `addr` (plain HTTP/1.0, no client crate needed).
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    s.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// One sample of a metric from a worker's /metrics: the first line starting with `line_start`.
+pub fn metric(addr: SocketAddr, line_start: &str) -> Option<f64> {
+    let (_, text) = http_get(addr, "/metrics")?;
+    text.lines()
+        .find(|l| l.starts_with(line_start))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
+}
+
+/// Whether a worker is consuming: ready, with partitions assigned.
+pub fn consuming(addr: SocketAddr) -> Option<()> {
+    let (status, _) = http_get(addr, "/health/ready")?;
+    let assigned = metric(addr, "media_worker_kafka_assigned_partitions ")?;
+    (status == 200 && assigned > 0.0).then_some(())
+}
+
+/// A worker's active jobs per `/jobs`.
+pub fn jobs(addr: SocketAddr) -> Vec<serde_json::Value> {
+    http_get(addr, "/jobs")
+        .and_then(|(_, b)| serde_json::from_str::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["jobs"].as_array().cloned())
+        .unwrap_or_default()
 }

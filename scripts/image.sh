@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Builds the runtime image of the Dockerfile with the local engine, from a binary built here:
+#   scripts/image.sh BINARY TAG          the shipped image: BINARY must not carry the attack probe
+#   scripts/image.sh BINARY TAG --probe  a test-only image: BINARY must carry it
+# The base `debian:12-slim` is made once per machine with debootstrap (Docker Hub is not
+# reachable here) and imported under the tag the Dockerfile names; the runtime stage installs
+# its packages from Debian as it does anywhere. The binary (Debian 12 here too) goes in
+# stripped, through the Dockerfile's `prebuilt` stage; `docker build .` elsewhere compiles it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+binary=$1 tag=$2 probe=${3:-}
+# Debian's client of the engine setup.sh installs: it builds with BuildKit itself (a newer client
+# elsewhere on PATH may need the buildx plugin for that).
+docker=${DOCKER:-/usr/bin/docker}
+marker=MEDIA-WORKER-ATTACK-PROBE
+
+if ! $docker image inspect debian:12-slim >/dev/null 2>&1; then
+  root=$(mktemp -d)
+  trap 'rm -rf "$root"' EXIT
+  echo "image: debian:12-slim from debootstrap --variant=minbase bookworm (about 40 s)"
+  debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >/dev/null
+  # As Debian's own slim image: later installs leave out documentation, man pages and
+  # translations; the updates and security suites are in the sources; no package lists kept.
+  cat >"$root/etc/dpkg/dpkg.cfg.d/docker-slim" <<'EOF'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/groff/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/lintian/*
+path-exclude /usr/share/locale/*
+EOF
+  cat >"$root/etc/apt/sources.list" <<'EOF'
+deb http://deb.debian.org/debian bookworm main
+deb http://deb.debian.org/debian bookworm-updates main
+deb http://deb.debian.org/debian-security bookworm-security main
+EOF
+  find "$root/usr/share/doc" -mindepth 2 ! -name copyright -delete 2>/dev/null || true
+  rm -rf "$root"/usr/share/{man,info,locale}/* "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin
+  tar -C "$root" --numeric-owner -c . | $docker import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'CMD ["bash"]' - debian:12-slim >/dev/null
+fi
+
+if grep -q "$marker" "$binary"; then has_probe=yes; else has_probe=no; fi
+if [ "$probe" = --probe ] && [ $has_probe = no ]; then
+  echo "image: $binary has no attack probe (build it with --features attack-probe)"; exit 1
+fi
+if [ "$probe" != --probe ] && [ $has_probe = yes ]; then
+  echo "image: $binary carries the attack probe: it may not ship"; exit 1
+fi
+mkdir -p target/image
+strip -o target/image/media-worker "$binary"
+old=$($docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
+# The label lets the tests check that an image holds the binary they were built with.
+DOCKER_BUILDKIT=1 $docker build --quiet --network host --build-arg BINARY=prebuilt \
+  --label "media-worker.binary-sha256=$(sha256sum <"$binary" | cut -d' ' -f1)" \
+  -t "$tag" . >/dev/null
+if [ "$probe" != --probe ] && $docker run --rm --network none --entrypoint grep "$tag" -q "$marker" /usr/local/bin/media-worker; then
+  echo "image: $tag carries the attack probe"; exit 1
+fi
+# The image this one replaces (a binary layer of tens of MB each build), unless still in use.
+if [ -n "$old" ] && [ "$old" != "$($docker image inspect -f '{{.Id}}' "$tag")" ]; then
+  $docker image rm "$old" >/dev/null 2>&1 || true
+fi
+echo "image: $tag, $(($($docker image inspect -f '{{.Size}}' "$tag") / 1000000)) MB"

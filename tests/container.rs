@@ -1,0 +1,696 @@
+//! The image that ships, run as `deploy/k8s` runs it, in this machine's Docker Engine against
+//! Apache Kafka + s3s-fs: the pod's uid, every capability dropped, no new privileges, the
+//! engine's default seccomp profile, a read-only root with a tmpfs at /scratch, the pod's memory
+//! and CPU limits, tini as PID 1, the host's network (every connection stays on loopback).
+//! `make image` builds the images (`media-worker:latest`, and `media-worker:attack-probe`: the
+//! same with the test-only probe) and `make setup-test` starts the engine. In the pod there is no
+//! other uid for a job process to drop to: what keeps a compromised decoder from the worker is
+//! PR_SET_DUMPABLE, Landlock and the worker's seccomp filter, under the engine's own.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::worker::{consuming, jobs, metric};
+use common::*;
+use media_worker::contract::{ErrorCode, MediaType, OptimizeResponse, Status};
+
+const SHIPPED: &str = "media-worker:latest";
+const PROBE: &str = "media-worker:attack-probe";
+const MARKER: &str = "MEDIA-WORKER-ATTACK-PROBE";
+const LAYERS: [&str; 5] = [
+    "unprivileged",
+    "landlock_fs",
+    "landlock_net",
+    "landlock_scope",
+    "seccomp",
+];
+
+fn docker(args: &[&str]) -> Output {
+    let bin = std::env::var("DOCKER").unwrap_or_else(|_| "docker".into());
+    Command::new(&bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{bin} {args:?}: {e} (run `make setup-test image`)"))
+}
+
+/// `docker args`, which must succeed: its output, trimmed.
+fn docker_ok(args: &[&str]) -> String {
+    let out = docker(args);
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn manifest_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// What `deploy/k8s/base/deployment.yaml` gives the pod, checked to be what these tests run.
+struct Pod {
+    user: String,
+    memory: String,
+    cpus: String,
+    grace: Duration,
+}
+
+fn pod() -> Pod {
+    let text = std::fs::read_to_string(manifest_path("deploy/k8s/base/deployment.yaml")).unwrap();
+    let d: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
+    let spec = &d["spec"]["template"]["spec"];
+    let (pod_sc, c) = (&spec["securityContext"], &spec["containers"][0]);
+    let sc = &c["securityContext"];
+    assert_eq!(pod_sc["runAsNonRoot"].as_bool(), Some(true));
+    assert_eq!(
+        pod_sc["seccompProfile"]["type"].as_str(),
+        Some("RuntimeDefault")
+    );
+    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
+    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
+    assert_eq!(sc["capabilities"]["drop"][0].as_str(), Some("ALL"));
+    assert_eq!(c["volumeMounts"][0]["mountPath"].as_str(), Some("/scratch"));
+    let limits = &c["resources"]["limits"];
+    let memory = limits["memory"].as_str().unwrap();
+    let id = |k: &str| pod_sc[k].as_u64().unwrap();
+    Pod {
+        user: format!("{}:{}", id("runAsUser"), id("runAsGroup")),
+        // Kubernetes' Gi and Mi are docker's g and m (both binary).
+        memory: memory.replace("Gi", "g").replace("Mi", "m"),
+        cpus: limits["cpu"].as_str().unwrap().to_owned(),
+        grace: Duration::from_secs(spec["terminationGracePeriodSeconds"].as_u64().unwrap()),
+    }
+}
+
+/// One container of an image, started as the pod starts it; removed when dropped.
+struct Container {
+    id: String,
+    http: SocketAddr,
+}
+
+impl Container {
+    /// `image` with the worker's `env` and further `docker run` arguments (mounts). The
+    /// deployment's worker.toml is mounted where the pod's ConfigMap is.
+    fn run(image: &str, env: &HashMap<String, String>, extra: &[&str]) -> Container {
+        remove_orphans();
+        let pod = pod();
+        let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let config = format!(
+            "{}:/etc/media-worker/worker.toml:ro",
+            manifest_path("deploy/k8s/base/config/worker.toml").display()
+        );
+        let mut args: Vec<String> = [
+            "run",
+            "--detach",
+            &format!("--label=media-worker-test={}", std::process::id()),
+            "--user",
+            &pod.user,
+            "--cap-drop=ALL",
+            "--security-opt=no-new-privileges",
+            "--read-only",
+            "--tmpfs=/scratch",
+            "--memory",
+            &pod.memory,
+            "--cpus",
+            &pod.cpus,
+            "--network=host",
+            "--volume",
+            &config,
+            "--env=MEDIA_WORKER_CONFIG=/etc/media-worker/worker.toml",
+            "--env=MEDIA_SANDBOX_REQUIRE=true",
+        ]
+        .map(String::from)
+        .into();
+        args.push(format!("--env=HTTP_ADDR={http}"));
+        args.extend(env.iter().map(|(k, v)| format!("--env={k}={v}")));
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args.extend([image.to_owned(), "run".to_owned()]);
+        let id = docker_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        Container { id, http }
+    }
+
+    fn inspect(&self, format: &str) -> String {
+        docker_ok(&["inspect", "-f", format, &self.id])
+    }
+
+    fn running(&self) -> bool {
+        self.inspect("{{.State.Running}}") == "true"
+    }
+
+    /// Waits until the worker consumes (ready, partitions assigned); fails at once if the
+    /// container stops.
+    fn wait_consuming(&self) {
+        wait_for("the container's worker consuming", 2 * MINUTE, || {
+            if consuming(self.http).is_some() {
+                return Some(());
+            }
+            assert!(self.running(), "the container stopped:\n{}", self.logs());
+            None
+        });
+    }
+
+    fn logs(&self) -> String {
+        let out = docker(&["logs", "--tail", "60", &self.id]);
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    }
+
+    fn metric(&self, line_start: &str) -> Option<f64> {
+        metric(self.http, line_start)
+    }
+
+    fn layer(&self, name: &str) -> Option<f64> {
+        self.metric(&format!("media_worker_sandbox_layers{{layer=\"{name}\"}}"))
+    }
+
+    /// A command in the running container (as its user), its output.
+    fn exec(&self, cmd: &[&str]) -> Output {
+        docker(&[&["exec", self.id.as_str()], cmd].concat())
+    }
+
+    /// The worker's pid as the host sees it: tini's only child.
+    fn worker_host_pid(&self) -> i32 {
+        let tini: i32 = self.inspect("{{.State.Pid}}").parse().unwrap();
+        assert!(cmdline(tini).contains("tini"), "PID 1: {}", cmdline(tini));
+        let children = children_of(tini);
+        assert_eq!(children.len(), 1, "tini's children: {children:?}");
+        children[0]
+    }
+
+    /// The worker's pid inside the container (what a job process would aim at).
+    fn worker_pid(&self) -> i32 {
+        let out = self.exec(&["cat", "/proc/1/task/1/children"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("tini's children: {text:?}"))
+    }
+
+    /// Waits until at least two jobs (the pool's) are in flight: how many are.
+    fn jobs_running(&self) -> usize {
+        wait_for("jobs in flight", MINUTE, || {
+            let j = jobs(self.http).len();
+            (j >= 2).then_some(j)
+        })
+    }
+
+    /// `docker stop` (SIGTERM to tini, which forwards it; SIGKILL after `grace`): how long it
+    /// took and the exit code.
+    fn stop(&self, grace: Duration) -> (Duration, i32) {
+        let t = Instant::now();
+        docker_ok(&["stop", "-t", &grace.as_secs().to_string(), &self.id]);
+        let took = t.elapsed();
+        (took, self.inspect("{{.State.ExitCode}}").parse().unwrap())
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("---- container log ----\n{}", self.logs());
+        }
+        let _ = docker(&["rm", "--force", &self.id]);
+    }
+}
+
+/// Removes the containers of test processes that are gone (killed at their time limit, say:
+/// no `Drop` ran).
+fn remove_orphans() {
+    let listed = docker_ok(&[
+        "ps",
+        "--all",
+        "--filter=label=media-worker-test",
+        "--format={{.ID}} {{.Label \"media-worker-test\"}}",
+    ]);
+    for line in listed.lines() {
+        if let Some((id, pid)) = line.split_once(' ')
+            && !Path::new("/proc").join(pid).exists()
+        {
+            let _ = docker(&["rm", "--force", id]);
+        }
+    }
+}
+
+/// A field of `/proc/<pid>/status` (`Uid:`), as the host reads it.
+fn status_field(pid: i32, field: &str) -> String {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The worker as the pod has it: the pod's uid and gid, no capability in any set, no new
+/// privileges, under the engine's seccomp filter; every sandbox layer reported active.
+fn assert_confined_as_the_pod(c: &Container) {
+    let pid = c.worker_host_pid();
+    let uid = pod().user.split(':').next().unwrap().to_owned();
+    assert_eq!(status_field(pid, "Uid:"), [uid.as_str(); 4].join(" "));
+    for caps in ["CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"] {
+        assert_eq!(status_field(pid, caps), "0000000000000000", "{caps}");
+    }
+    assert_eq!(status_field(pid, "NoNewPrivs:"), "1");
+    assert_eq!(status_field(pid, "Seccomp:"), "2", "the engine's filter");
+    let layers: Vec<String> = LAYERS
+        .iter()
+        .map(|l| format!("{l}={}", c.layer(l).unwrap_or(-1.0)))
+        .collect();
+    println!(
+        "container: media_worker_sandbox_layers {}",
+        layers.join(" ")
+    );
+    for l in LAYERS {
+        assert_eq!(c.layer(l), Some(1.0), "layer {l}");
+    }
+}
+
+fn by_media_id(rs: Vec<Received>) -> BTreeMap<String, OptimizeResponse> {
+    rs.into_iter()
+        .map(|r| (r.body.media_id.clone().unwrap(), r.body))
+        .collect()
+}
+
+/// Format, size and frame count of image files, read by Pillow (not by libvips): Debian's
+/// python3-pil (scripts/setup.sh --test).
+fn pillow(paths: &[PathBuf]) -> Vec<serde_json::Value> {
+    let out = Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(
+            "import json, sys\nfrom PIL import Image\nout = []\nfor p in sys.argv[1:]:\n    \
+             im = Image.open(p)\n    im.load()\n    out.append({'format': im.format, \
+             'size': list(im.size), 'frames': getattr(im, 'n_frames', 1)})\n\
+             print(json.dumps(out))",
+        )
+        .args(paths)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Codec, width and height of each stream of a media file (ffprobe).
+fn ffprobe(path: &Path) -> String {
+    let out = Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-show_entries",
+            "stream=codec_name,width,height",
+        ])
+        .args(["-of", "csv=p=0"])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+const PHOTO: &str = "sharp_concert.jpg";
+const ANIMATED: &str = "sharp_rotating-squares.gif";
+const HEIC: &str = "libheif_example.heic";
+
+/// The shipped image starts as the pod with MEDIA_SANDBOX_REQUIRE, every layer active as
+/// non-root without capabilities, and answers image, animated, HEIC, video and streaming
+/// requests whose outputs read back with other decoders; the shipped image has no attack probe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_image_runs_every_kind_of_media_as_the_pod() {
+    for (image, probe) in [(SHIPPED, false), (PROBE, true)] {
+        let found = docker(&[
+            "run",
+            "--rm",
+            "--network=none",
+            "--entrypoint=grep",
+            image,
+            "-c",
+            MARKER,
+            "/usr/local/bin/media-worker",
+        ]);
+        assert_eq!(found.status.success(), probe, "{image}: {found:?}");
+    }
+    let size: u64 = docker_ok(&["image", "inspect", "-f", "{{.Size}}", SHIPPED])
+        .parse()
+        .unwrap();
+    println!("container: {SHIPPED} is {} MB", size / 1_000_000);
+
+    let stack = Stack::start(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let video = synthetic_video(dir.path(), 4, 1280, 720);
+    for name in [PHOTO, ANIMATED, HEIC] {
+        stack.upload_corpus(name).await;
+    }
+    stack.upload_file("clip.mp4", &video).await;
+    let started = Instant::now();
+    let c = Container::run(SHIPPED, &stack.worker_env("g-pod"), &[]);
+    c.wait_consuming();
+    println!(
+        "container: start to ready (consuming) {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_confined_as_the_pod(&c);
+
+    let responses = stack.responses();
+    for (id, key) in [("photo", PHOTO), ("animated", ANIMATED), ("heic", HEIC)] {
+        stack.send(&request(id, key)).await;
+    }
+    let mut video_req = request("video", "clip.mp4");
+    video_req.media_type = Some(MediaType::Video);
+    stack.send(&video_req).await;
+    let mut stream_req = request("stream", "clip.mp4").with_profile("streaming");
+    stream_req.media_type = Some(MediaType::Video);
+    stack.send(&stream_req).await;
+    let got = by_media_id(responses.take(5, 5 * MINUTE));
+    for (id, r) in &got {
+        assert_eq!(r.status, Status::Completed, "{id}: {:?}", r.error);
+    }
+
+    // Images: every output in S3 decodes at the size the response states; the animated
+    // source's WebP variants keep all its frames.
+    let source_frames = pillow(&[corpus(ANIMATED)])[0]["frames"].as_u64().unwrap();
+    assert!(source_frames > 1);
+    for id in ["photo", "animated", "heic"] {
+        let outputs = &got[id].outputs;
+        assert!(outputs.len() >= 4, "{id}: {outputs:?}");
+        let mut files = Vec::new();
+        for (i, o) in outputs.iter().enumerate() {
+            let (bytes, ct, _) = stack.get(&o.bucket, &o.key).await;
+            assert_eq!(ct.as_deref(), Some(o.content_type.as_str()), "{}", o.key);
+            assert_eq!(bytes.len() as u64, o.size_bytes, "{}", o.key);
+            let path = dir.path().join(format!("{id}-{i}"));
+            std::fs::write(&path, bytes).unwrap();
+            files.push(path);
+        }
+        for (o, read) in outputs.iter().zip(pillow(&files)) {
+            let want = serde_json::json!([o.width, o.height]);
+            assert_eq!(read["size"], want, "{}", o.key);
+            if id == "animated" && o.role == "variant" && o.format == "webp" {
+                assert_eq!(read["frames"].as_u64(), Some(source_frames), "{}", o.key);
+            }
+        }
+    }
+
+    // Video: the renditions play as H.264 + AAC at their stated sizes.
+    let renditions: Vec<_> = got["video"]
+        .outputs
+        .iter()
+        .filter(|o| o.role == "rendition")
+        .collect();
+    assert!(!renditions.is_empty(), "{:?}", got["video"].outputs);
+    for o in renditions {
+        let (bytes, _, _) = stack.get(&o.bucket, &o.key).await;
+        let path = dir.path().join("rendition.mp4");
+        std::fs::write(&path, bytes).unwrap();
+        let streams = ffprobe(&path);
+        let video = format!("h264,{},{}", o.width, o.height);
+        assert!(
+            streams.contains(&video) && streams.contains("aac"),
+            "{}: {streams}",
+            o.key
+        );
+    }
+
+    // Streaming: the HLS master and everything it names, read back through S3 and parsed by
+    // an independent parser; both rungs of a 720p source.
+    let master = got["stream"]
+        .outputs
+        .iter()
+        .find(|o| o.role == "stream" && o.format == "hls")
+        .expect("an HLS entry point");
+    let local = dir.path().join("hls");
+    let fetched = stack.fetch_hls(&master.key, &local).await;
+    // The master; a playlist, an init segment and a segment at least for each rung and the audio.
+    assert!(fetched > 3 * 3, "{fetched}");
+    let master_file = local.join(master.key.rsplit('/').next().unwrap());
+    let parsed = Command::new("python3")
+        .arg(manifest_path("tests/streaming/hls.py"))
+        .arg(master_file)
+        .output()
+        .unwrap();
+    assert!(parsed.status.success(), "{parsed:?}");
+    let parsed: serde_json::Value = serde_json::from_slice(&parsed.stdout).unwrap();
+    let variants = parsed["variants"].as_array().unwrap();
+    assert_eq!(variants.len(), 2, "{parsed}");
+    for v in variants {
+        assert!(
+            !v["playlist"]["segments"].as_array().unwrap().is_empty(),
+            "{v}"
+        );
+    }
+}
+
+/// With a layer missing (here turned off, as on a node whose kernel lacks Landlock), the pod's
+/// MEDIA_SANDBOX_REQUIRE stops the worker at start, naming the layer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_refuses_to_start_without_a_layer() {
+    let stack = Stack::start(1).await;
+    let mut env = stack.worker_env("g-pod-layers");
+    env.insert("MEDIA_SANDBOX_DISABLE".into(), "landlock".into());
+    let c = Container::run(SHIPPED, &env, &[]);
+    let code = docker_ok(&["wait", &c.id]);
+    assert_eq!(code, "1", "{}", c.logs());
+    assert!(c.logs().contains("landlock_fs"), "{}", c.logs());
+}
+
+/// An upload that makes a job process of the probe image perform `attacks`.
+fn hostile(attacks: serde_json::Value) -> Vec<u8> {
+    let mut bytes = format!("{MARKER}\n").into_bytes();
+    bytes.extend(serde_json::to_vec(&attacks).unwrap());
+    bytes
+}
+
+/// The compromised-decoder probes of tests/confinement.rs, from the probe image run as the pod
+/// runs the shipped one (no other uid: the job process has the worker's): each attempt is
+/// refused and nothing it was after is in its answer; the next job succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compromised_decoder_in_the_pod_gets_nothing() {
+    // The probe image holds this build's binary (`make image` built it after this test's).
+    let built = Command::new("sha256sum")
+        .arg(env!("CARGO_BIN_EXE_media-worker"))
+        .output()
+        .unwrap();
+    let built = String::from_utf8_lossy(&built.stdout);
+    let label = docker_ok(&[
+        "image",
+        "inspect",
+        "-f",
+        "{{index .Config.Labels \"media-worker.binary-sha256\"}}",
+        PROBE,
+    ]);
+    assert!(
+        built.starts_with(&label),
+        "{PROBE} holds another binary than this build's: run `make test-images`"
+    );
+
+    let stack = Stack::start(1).await;
+    let host = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A secret file the pod's uid may read (as a mounted Secret is), and a daemon's UNIX
+    // socket it may write.
+    let secrets = host.path().join("secrets");
+    std::fs::create_dir(&secrets).unwrap();
+    std::fs::write(secrets.join("secret.txt"), "the-secret-in-a-file").unwrap();
+    std::fs::set_permissions(
+        secrets.join("secret.txt"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let run = host.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let unix = UnixListener::bind(run.join("daemon.sock")).unwrap();
+    unix.set_nonblocking(true).unwrap();
+    std::fs::set_permissions(
+        run.join("daemon.sock"),
+        std::fs::Permissions::from_mode(0o777),
+    )
+    .unwrap();
+    // The test's own server on the host's loopback, which the container shares.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let own = listener.local_addr().unwrap();
+
+    let mut env = stack.worker_env("g-pod-attack");
+    env.insert("WORKER_POOL_SIZE".into(), "2".into());
+    let mounts = [
+        format!("--volume={}:/secrets:ro", secrets.display()),
+        format!("--volume={}:/run/daemon", run.display()),
+    ];
+    let c = Container::run(PROBE, &env, &[&mounts[0], &mounts[1]]);
+    c.wait_consuming();
+    assert_confined_as_the_pod(&c);
+    // Another job's upload in the scratch, written by the pod's uid: only Landlock keeps a job
+    // process (same uid) out of it.
+    let planted = c.exec(&[
+        "sh",
+        "-c",
+        "mkdir /scratch/job-of-another-tenant && echo another-tenants-upload \
+         > /scratch/job-of-another-tenant/source",
+    ]);
+    assert!(planted.status.success(), "{planted:?}");
+
+    let pid = c.worker_pid();
+    let s3 = env["AWS_ENDPOINT_URL_S3"].trim_start_matches("http://");
+    let kafka = env["KAFKA_BOOTSTRAP_SERVERS"].split(',').next().unwrap();
+    let probes = serde_json::json!([
+        {"read_environ": pid},
+        {"read_mem": pid},
+        {"read_file": "/secrets/secret.txt"},
+        {"read_file": "/scratch/job-of-another-tenant/source"},
+        {"connect": s3},
+        {"connect": kafka},
+        {"connect": own.to_string()},
+        {"connect_unix": "/run/daemon/daemon.sock"},
+        {"create_file": "/scratch/left-by-the-attacker"},
+        {"exec": "/bin/sh"},
+        {"ptrace": pid},
+        {"signal": pid},
+        "sleeper",
+        {"ffmpeg_read": "/secrets/secret.txt"},
+        {"ffmpeg_connect": format!("http://{own}/x")},
+    ]);
+    let responses = stack.responses();
+    stack.upload_corpus(PHOTO).await;
+    stack.send(&request("warm", PHOTO)).await;
+    assert_eq!(responses.take(1, MINUTE)[0].body.status, Status::Completed);
+    let file = host.path().join("probes.png");
+    std::fs::write(&file, hostile(probes.clone())).unwrap();
+    stack.upload_file("probes.png", &file).await;
+    stack.send(&request("probes", "probes.png")).await;
+    let got = responses.take(1, 2 * MINUTE).remove(0).body;
+
+    let e = got.error.as_ref().expect("the probes' job failed");
+    assert_eq!(e.code, ErrorCode::UnsupportedMedia, "{}", e.message);
+    let report = &e.message;
+    let lines = report.split_once("attack probe: ").unwrap().1.split("; ");
+    for (probe, line) in probes.as_array().unwrap().iter().zip(lines) {
+        println!("container: attack {probe} -> {line}");
+    }
+    assert_all_refused(report, &[&PROBES[..], &["read_mem"]].concat());
+    let created = c.exec(&["test", "-e", "/scratch/left-by-the-attacker"]);
+    assert_eq!(
+        created.status.code(),
+        Some(1),
+        "the attacker created a file"
+    );
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("a connection to the test's server: {other:?}"),
+    }
+    match unix.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("a connection to the daemon's socket: {other:?}"),
+    }
+    // The process it left behind is gone with its job.
+    let sleeper = sleeper_pid(report);
+    let proc_dir = format!("/proc/{sleeper}");
+    wait_for("the sleeper gone", Duration::from_secs(10), || {
+        (c.exec(&["test", "-e", &proc_dir]).status.code() == Some(1)).then_some(())
+    });
+
+    stack.send(&request("after", PHOTO)).await;
+    assert_eq!(responses.take(1, MINUTE)[0].body.status, Status::Completed);
+    assert!(c.running());
+}
+
+/// Requests that keep a worker busy for seconds each (a large photo under the default profile),
+/// yet few enough in flight to drain within the shutdown timeout.
+async fn busy_requests(stack: &Stack, prefix: &str, n: usize) -> Vec<String> {
+    let photo = "rails_racecar.jpg";
+    stack.upload_corpus(photo).await;
+    let reqs: Vec<_> = (0..n)
+        .map(|i| request(&format!("{prefix}-{i}"), photo))
+        .collect();
+    stack.send_all(&reqs).await;
+    reqs.into_iter().map(|r| r.media_id).collect()
+}
+
+/// Responses per media id on the response topic, once the group has committed all `n`.
+fn answers_once_committed(stack: &Stack, group: &str, n: usize) -> BTreeMap<String, usize> {
+    wait_for("every request committed", 3 * MINUTE, || {
+        (stack.committed(group, 1) == vec![n as i64]).then_some(())
+    });
+    let mut count = BTreeMap::new();
+    for (_, body, _) in stack.records(&stack.response_topic) {
+        *count
+            .entry(body["media_id"].as_str().unwrap().to_owned())
+            .or_insert(0) += 1;
+    }
+    count
+}
+
+/// `docker stop` while jobs run (SIGTERM through tini): the container drains them and exits 0
+/// within the deployment's grace period; a new container answers the rest; every request is
+/// answered exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_stop_drains_within_the_grace_period() {
+    let stack = Stack::start(1).await;
+    let env = stack.worker_env("g-pod-stop");
+    let c = Container::run(SHIPPED, &env, &[]);
+    c.wait_consuming();
+    let n = 8;
+    let ids = busy_requests(&stack, "stop", n).await;
+    let in_flight = c.jobs_running();
+    let grace = pod().grace;
+    let (took, code) = c.stop(grace);
+    let answered = stack.response_count();
+    println!(
+        "container: docker stop with {in_flight} jobs in flight: {answered} of {n} requests \
+         answered before exit, exit code {code} after {:.1} s (grace period {} s)",
+        took.as_secs_f64(),
+        grace.as_secs()
+    );
+    assert_eq!(code, 0, "{}", c.logs());
+    assert!(took < grace, "{took:?}");
+    // The worker, not tini, heard SIGTERM (tini forwards it) and drained.
+    assert!(c.logs().contains("SIGTERM: draining"), "{}", c.logs());
+    assert!(
+        answered >= in_flight as i64,
+        "the jobs in flight were answered"
+    );
+
+    let next = Container::run(SHIPPED, &env, &[]);
+    next.wait_consuming();
+    let count = answers_once_committed(&stack, "g-pod-stop", n);
+    for id in &ids {
+        assert_eq!(count.get(id), Some(&1), "{id}: {count:?}");
+    }
+    assert_eq!(count.len(), n);
+}
+
+/// `docker kill` while jobs run, then the container restarted (as the kubelet restarts it):
+/// every request is answered, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_kill_then_restart_loses_nothing() {
+    let stack = Stack::start(1).await;
+    let c = Container::run(SHIPPED, &stack.worker_env("g-pod-kill"), &[]);
+    c.wait_consuming();
+    let n = 6;
+    let ids = busy_requests(&stack, "kill", n).await;
+    let in_flight = c.jobs_running();
+    docker_ok(&["kill", &c.id]);
+    let before = stack.response_count();
+    assert!(!c.running());
+    let restarted = Instant::now();
+    docker_ok(&["start", &c.id]);
+    c.wait_consuming();
+    let count = answers_once_committed(&stack, "g-pod-kill", n);
+    println!(
+        "container: docker kill with {in_flight} jobs in flight ({before} of {n} answered); \
+         restarted, consuming after {:.1} s; answered {} of {n}, {} twice",
+        restarted.elapsed().as_secs_f64(),
+        count.len(),
+        count.values().filter(|c| **c > 1).count()
+    );
+    for id in &ids {
+        assert!(count.get(id).is_some_and(|c| *c >= 1), "{id}: {count:?}");
+    }
+    assert_eq!(count.len(), n);
+}
