@@ -173,7 +173,7 @@ fn plain(
             format!("fps={rate},scale={w}:{h},{}", transcode::to_sdr(probe)),
         ];
         a.extend(
-            transcode::video_encoder_args(&job.video, job.ffmpeg_threads, probe, r.crf, None)
+            transcode::video_encoder_args(&job.video, job.ffmpeg_threads, probe, r, None)
                 .into_iter()
                 .map(|s| s.to_string_lossy().into_owned()),
         );

@@ -32,10 +32,8 @@ pub fn plan(ladder: &[Rendition], probe: &VideoProbe) -> Vec<Rendition> {
     if rungs.is_empty()
         && let Some(last) = ladder.iter().min_by_key(|r| r.height)
     {
-        rungs.push(Rendition {
-            height: short,
-            crf: last.crf,
-        });
+        // The guideline's cap for its own height, not the smaller rung's.
+        rungs.push(Rendition::new(short, last.crf));
     }
     rungs
 }
@@ -248,13 +246,7 @@ pub fn args(
         let mut slaves = Vec::new();
         for (i, rung) in outputs.rungs.iter().enumerate() {
             ext(&mut a, &["-map", &format!("[v{i}]")]);
-            a.extend(video_encoder_args(
-                settings,
-                threads,
-                probe,
-                rung.crf,
-                Some(i),
-            ));
+            a.extend(video_encoder_args(settings, threads, probe, rung, Some(i)));
             if let Some(s) = outputs.stream {
                 // A closed GOP at every segment boundary, in every rung alike.
                 ext(
@@ -322,22 +314,28 @@ pub fn args(
     a
 }
 
-/// A rung's video encoder: H.264 High yuv420p at its CRF (BT.709 tags after tone mapping).
-/// `stream`: its index among the run's video streams (the options apply to it alone), or
-/// None for a run of its own.
+/// A rung's video encoder: H.264 High yuv420p at its CRF under its peak bitrate cap (x264's
+/// VBV: capped CRF), BT.709 tags after tone mapping. `stream`: its index among the run's video
+/// streams (the options apply to it alone), or None for a run of its own.
 pub fn video_encoder_args(
     settings: &VideoSettings,
     threads: usize,
     probe: &VideoProbe,
-    crf: u8,
+    rung: &Rendition,
     stream: Option<usize>,
 ) -> Vec<OsString> {
     let spec = stream.map_or(":v".to_owned(), |i| format!(":v:{i}"));
-    let (threads, crf) = (threads.to_string(), crf.to_string());
+    let (threads, crf) = (threads.to_string(), rung.crf.to_string());
+    let (maxrate, bufsize) = (
+        format!("{}k", rung.maxrate()),
+        format!("{}k", rung.bufsize()),
+    );
     let mut o = vec![
         ("-c", "libx264"),
         ("-preset", settings.preset.as_str()),
         ("-crf", &crf),
+        ("-maxrate", &maxrate),
+        ("-bufsize", &bufsize),
         ("-pix_fmt", "yuv420p"),
         ("-profile", "high"),
         ("-threads", &threads),
@@ -423,6 +421,8 @@ mod tests {
         assert_eq!(heights(&probe(480, 640)), [480]);
         let small = plan(&ladder(), &probe(640, 361));
         assert_eq!((small.len(), small[0].height, small[0].crf), (1, 360, 26));
+        // Capped at its own height's rate, not the 480p rung's.
+        assert_eq!(small[0].maxrate(), 365);
     }
 
     #[test]
@@ -541,6 +541,9 @@ mod tests {
         let a = args_for(&probe(640, 360));
         assert!(a.contains(&"-an".to_owned()) && !a.contains(&"aac".to_owned()));
         assert!(has(&a, ["-crf:v:0", "23"]) && has(&a, ["-crf:v:1", "26"]));
+        // Capped CRF: each rung under its guideline peak, with a buffer of twice that.
+        assert!(has(&a, ["-maxrate:v:0", "3000k"]) && has(&a, ["-bufsize:v:0", "6000k"]));
+        assert!(has(&a, ["-maxrate:v:1", "1260k"]) && has(&a, ["-bufsize:v:1", "2520k"]));
         assert!(has(&a, ["-threads:v:1", "2"]) && has(&a, ["-threads", "2"]));
         let tee = &a[a.iter().position(|x| x == "tee").unwrap() + 1];
         assert_eq!(
