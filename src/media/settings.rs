@@ -226,7 +226,10 @@ pub fn guideline_kbps(height: u32) -> u32 {
     } else if height >= last.0 {
         last.1 as f64 * pixels(height) / pixels(last.0)
     } else {
-        let i = rows.iter().position(|r| r.0 >= height).expect("inside the table");
+        let i = rows
+            .iter()
+            .position(|r| r.0 >= height)
+            .expect("inside the table");
         let ((h0, r0), (h1, r1)) = (rows[i - 1], rows[i]);
         let at = (pixels(height) - pixels(h0)) / (pixels(h1) - pixels(h0));
         r0 as f64 + at * (r1 as f64 - r0 as f64)

@@ -35,7 +35,9 @@ pub struct Unit {
 pub enum PlanError {
     NoFrames,
     /// Timestamps must strictly increase (presentation order, no duplicate).
-    NotIncreasing { frame: u64 },
+    NotIncreasing {
+        frame: u64,
+    },
     /// A zero segment duration, unit length or time base.
     Invalid(&'static str),
 }
@@ -99,7 +101,7 @@ pub fn plan(
         }
         current_cell = c;
         match units.last_mut() {
-            Some(u) if !(new_segment && segment % segments_per_unit == 0) => {
+            Some(u) if !(new_segment && segment.is_multiple_of(segments_per_unit)) => {
                 u.frames += 1;
                 if new_segment {
                     u.segments += 1;
@@ -132,7 +134,10 @@ mod tests {
             .collect()
     }
 
-    const TB90K: TimeBase = TimeBase { num: 1, den: 90_000 };
+    const TB90K: TimeBase = TimeBase {
+        num: 1,
+        den: 90_000,
+    };
 
     /// The plan's invariants: consecutive units covering every frame once, consecutive
     /// segment numbers, each unit's first frame where the grid puts it.
@@ -229,7 +234,10 @@ mod tests {
         assert_eq!(summary[1].1, 2);
         assert!(summary[1].0 >= 8_000 && summary[1].0 < 8_133, "{summary:?}");
         // Unit 1 is cell 2 (8-10 s) and cell 4 (19-20 s): the empty cell 3 is skipped.
-        assert_eq!(units[1].frames as usize, before_gap - units[0].frames as usize + 31);
+        assert_eq!(
+            units[1].frames as usize,
+            before_gap - units[0].frames as usize + 31
+        );
         assert_eq!(summary[2], (20_023, 4, 1));
     }
 

@@ -16,7 +16,7 @@ use crate::media::settings::{Rendition, VideoSettings};
 
 /// The rungs to produce: those whose height (the shorter displayed side) is not above the
 /// source's, tallest first. A source smaller than every rung gets one rendition at its own
-/// size, with the last rung's quality.
+/// size, with the smallest rung's quality and cap.
 pub fn plan(ladder: &[Rendition], probe: &VideoProbe) -> Vec<Rendition> {
     let short = even(probe.short_side());
     let mut rungs: Vec<Rendition> = ladder
@@ -32,8 +32,12 @@ pub fn plan(ladder: &[Rendition], probe: &VideoProbe) -> Vec<Rendition> {
     if rungs.is_empty()
         && let Some(last) = ladder.iter().min_by_key(|r| r.height)
     {
-        // The guideline's cap for its own height, not the smaller rung's.
-        rungs.push(Rendition::new(short, last.crf));
+        // The smallest rung's settings at the source's size: a cap set on it still bounds
+        // the smaller picture, a default one is the guideline's for this height.
+        rungs.push(Rendition {
+            height: short,
+            ..*last
+        });
     }
     rungs
 }
@@ -421,8 +425,11 @@ mod tests {
         assert_eq!(heights(&probe(480, 640)), [480]);
         let small = plan(&ladder(), &probe(640, 361));
         assert_eq!((small.len(), small[0].height, small[0].crf), (1, 360, 26));
-        // Capped at its own height's rate, not the 480p rung's.
+        // Capped at its own height's rate, not the 480p rung's; a set cap is kept.
         assert_eq!(small[0].maxrate(), 365);
+        let mut capped = ladder();
+        capped[1].maxrate_kbps = Some(300);
+        assert_eq!(plan(&capped, &probe(640, 361))[0].maxrate(), 300);
     }
 
     #[test]
