@@ -164,7 +164,7 @@ fn the_ladder_streams_as_hls_and_dash_over_one_set_of_aligned_segments() {
         ("rendition", "mp4/720p.mp4"),
         ("rendition", "mp4/480p.mp4"),
         ("rendition", "mp4/360p.mp4"),
-        ("rendition", "mp4/240p.mp4"),
+        ("rendition", "mp4/234p.mp4"),
     ] {
         assert!(listed.contains(&entry), "{entry:?} not in {listed:?}");
     }
@@ -174,7 +174,7 @@ fn the_ladder_streams_as_hls_and_dash_over_one_set_of_aligned_segments() {
     );
     // Every file on disk under hls/ is reported (so it is uploaded), except ffmpeg's own lists.
     let reported: Vec<PathBuf> = o.files.iter().map(|f| f.path.clone()).collect();
-    for rung in ["720p", "480p", "360p", "240p", "audio"] {
+    for rung in ["720p", "480p", "360p", "234p", "audio"] {
         for e in std::fs::read_dir(out.join("hls").join(rung)).unwrap() {
             let p = e.unwrap().path();
             let ffmpegs = p.file_name().unwrap() == "ffmpeg.m3u8";
@@ -191,14 +191,14 @@ fn the_ladder_streams_as_hls_and_dash_over_one_set_of_aligned_segments() {
     assert_eq!(m["independent_segments"], true);
     let variants = m["variants"].as_array().unwrap();
     let sizes: Vec<&Value> = variants.iter().map(|v| &v["resolution"]).collect();
-    // Every rung not above the source, down to 240p.
+    // Every rung not above the source, down to 234p.
     assert_eq!(
         sizes,
         [
             &serde_json::json!([1280, 720]),
             &serde_json::json!([854, 480]),
             &serde_json::json!([640, 360]),
-            &serde_json::json!([426, 240])
+            &serde_json::json!([416, 234])
         ]
     );
     let audio = &m["audio"][0]["playlist"];
@@ -312,7 +312,7 @@ for r in root.iterfind('.//d:Representation', ns):
     assert_eq!(reps[0][..3], ["720p", "1280", "720"]);
     assert_eq!(reps[1][..3], ["480p", "854", "480"]);
     assert_eq!(reps[2][..3], ["360p", "640", "360"]);
-    assert_eq!(reps[3][..3], ["240p", "426", "240"]);
+    assert_eq!(reps[3][..3], ["234p", "416", "234"]);
     assert_eq!(reps[4][0], "audio");
     let segments = variants[0]["playlist"]["segments"]
         .as_array()
@@ -336,7 +336,7 @@ for r in root.iterfind('.//d:Representation', ns):
         "video,1280,720",
         "video,854,480",
         "video,640,360",
-        "video,426,240",
+        "video,416,234",
         "audio",
     ] {
         assert!(
@@ -637,7 +637,7 @@ fn a_resumed_run_lists_the_landed_rung_in_its_playlists() {
     assert!(!part_dir.join("hls/720p").exists() && !part_dir.join("mp4/720p.mp4").exists());
     assert!(part_dir.join("hls/480p/seg-00000.m4s").exists());
     let ids: Vec<_> = part.tracks.iter().map(|t| t.id).collect();
-    let made = [480, 360, 240].map(media::output::TrackId::Video);
+    let made = [480, 360, 234].map(media::output::TrackId::Video);
     assert_eq!(ids, made);
     // The landed rung's files are where the first run put them (in storage, for the worker).
     let landed_dir = part_dir.join("hls/720p");
@@ -710,7 +710,7 @@ fn every_segment_of_a_noise_video_keeps_to_its_rungs_cap() {
     process(&job, &src, &out);
     let m = hls(&out.join("hls/master.m3u8"));
     let variants = m["variants"].as_array().unwrap();
-    assert_eq!(variants.len(), 4, "720p down to 240p: {m}");
+    assert_eq!(variants.len(), 4, "720p down to 234p: {m}");
     let scratch = tempfile::tempdir().unwrap();
     for v in variants {
         let uri = v["uri"].as_str().unwrap();
@@ -748,7 +748,7 @@ fn every_segment_of_a_noise_video_keeps_to_its_rungs_cap() {
     }
 }
 
-/// A 360p source streams adaptively: the ladder reaches below it (360p and 240p), never above.
+/// A 360p source streams adaptively: the ladder reaches below it (360p and 234p), never above.
 #[test]
 fn a_360p_source_gets_more_than_one_variant() {
     let dir = tempfile::tempdir().unwrap();
@@ -761,7 +761,7 @@ fn a_360p_source_gets_more_than_one_variant() {
         sizes,
         [
             &serde_json::json!([640, 360]),
-            &serde_json::json!([426, 240])
+            &serde_json::json!([416, 234])
         ],
         "{m}"
     );
