@@ -12,6 +12,7 @@ use common::{corpus, synthetic_video};
 use media_worker::config::Settings;
 use media_worker::contract::{VideoAnalysis, WarningCode};
 use media_worker::media::{self, Control, MediaJob, MediaOutput};
+use media_worker::units::plan;
 use serde_json::Value;
 
 fn job() -> MediaJob {
@@ -221,6 +222,7 @@ fn the_ladder_streams_as_hls_and_dash_over_one_set_of_aligned_segments() {
     };
     let audio_peak = peak(audio, &stream.join("audio"));
     let mut boundaries: Vec<Vec<f64>> = Vec::new();
+    let mut segment_frames: Vec<Vec<u64>> = Vec::new();
     for v in variants {
         let p = &v["playlist"];
         let uri = v["uri"].as_str().unwrap();
@@ -263,7 +265,7 @@ fn the_ladder_streams_as_hls_and_dash_over_one_set_of_aligned_segments() {
         );
         // Every segment decodes, and starts with a keyframe.
         let mut starts = Vec::new();
-        let mut frames = 0;
+        let mut counts = Vec::new();
         for s in segments {
             let file = playable(
                 &rung_dir,
@@ -271,13 +273,32 @@ fn the_ladder_streams_as_hls_and_dash_over_one_set_of_aligned_segments() {
                 s["uri"].as_str().unwrap(),
                 scratch.path(),
             );
-            frames += decodes(&file);
+            counts.push(decodes(&file));
             let (pts, key) = first_packet(&file);
             assert!(key, "{uri} {}: starts without a keyframe", s["uri"]);
             starts.push(pts);
         }
-        assert_eq!(frames, 360, "{uri}: 12 s at 30 fps");
+        assert_eq!(counts.iter().sum::<u64>(), 360, "{uri}: 12 s at 30 fps");
         boundaries.push(starts);
+        segment_frames.push(counts);
+    }
+    // A plan of units of one segment each, made from the source's frame times, is this run's
+    // cut: a unit per segment, starting at its time, with its frames.
+    let (pts, time_base) = frame_times(&src);
+    let units = plan::plan(&pts, time_base, 4, 1).unwrap();
+    let seconds = |t: i64| (t - pts[0]) as f64 * time_base.num as f64 / time_base.den as f64;
+    let planned: Vec<(f64, u64)> = units
+        .iter()
+        .map(|u| (seconds(u.first_pts), u.frames))
+        .collect();
+    let cut: Vec<(f64, u64)> = boundaries[0]
+        .iter()
+        .zip(&segment_frames[0])
+        .map(|(t, n)| (t - boundaries[0][0], *n))
+        .collect();
+    assert_eq!(planned.len(), cut.len(), "{planned:?} {cut:?}");
+    for ((a, n), (b, m)) in planned.iter().zip(&cut) {
+        assert!((a - b).abs() < 1e-3 && n == m, "{planned:?} {cut:?}");
     }
     // The same boundaries in every rung: a player can switch at any segment.
     assert!(
@@ -670,6 +691,35 @@ fn a_resumed_run_lists_the_landed_rung_in_its_playlists() {
             .iter()
             .any(|w| w.code == WarningCode::StoryboardFailed)
     );
+}
+
+/// The presentation times of a file's video frames, ascending, and their time base.
+fn frame_times(path: &Path) -> (Vec<i64>, plan::TimeBase) {
+    let probe = |entries: &str| {
+        run(Command::new("ffprobe")
+            .args([
+                "-v",
+                "error",
+                "-select_streams",
+                "v:0",
+                "-show_entries",
+                entries,
+            ])
+            .args(["-of", "csv=p=0"])
+            .arg(path))
+    };
+    let tb = probe("stream=time_base");
+    let (num, den) = tb.trim().split_once('/').unwrap();
+    let time_base = plan::TimeBase {
+        num: num.parse().unwrap(),
+        den: den.parse().unwrap(),
+    };
+    let mut pts: Vec<i64> = probe("packet=pts")
+        .lines()
+        .map(|l| l.trim_end_matches(',').parse().unwrap())
+        .collect();
+    pts.sort_unstable();
+    (pts, time_base)
 }
 
 /// The video bits of a playable segment and the time they cover: ffprobe's packet sizes and

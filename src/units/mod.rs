@@ -8,10 +8,14 @@
 //!
 //! - **Plan.** The worker that takes a request probes the source's frame timestamps (ffprobe,
 //!   presentation order) and cuts them with [`plan::plan`] on the segment grid of the profile's
-//!   `segment_secs`, `segments_per_unit` segments a unit. The plan depends on the source
-//!   version (ETag), the profile fingerprint and the encoder build only, and is stored under a
-//!   key derived from them (`{user_id}/videos/{media_id}/units/{plan_id}/plan.json`), so a
-//!   redelivered request finds the same plan and the same landed units.
+//!   `segment_secs`, `segments_per_unit` segments a unit (tests/streaming.rs checks that such
+//!   a plan, one segment a unit, is where today's one run cuts a constant-rate source). A
+//!   stream's rungs are brought to a constant rate before the cut (`transcode::Streaming`), so
+//!   for a variable-rate source the frames to plan are those of the constant-rate timeline,
+//!   not the source's. The plan depends on the source version (ETag), the profile fingerprint
+//!   and the encoder build only, and is stored under a key derived from them
+//!   (`{user_id}/videos/{media_id}/units/{plan_id}/plan.json`), so a redelivered request finds
+//!   the same plan and the same landed units.
 //! - **Units.** A unit decodes its range and encodes every rung with an IDR and a closed GOP on
 //!   its first frame and exactly its frames, cut into segments carrying their global numbers
 //!   (`Unit::first_segment`), the keys a one-run encode would write; then it writes its record
