@@ -788,6 +788,20 @@ fn every_segment_of_a_noise_video_keeps_to_its_rungs_cap() {
             );
             (all_bits, all_secs) = (all_bits + bits, all_secs + secs);
         }
+        // BANDWIDTH (the peak segment's file rate; no audio here) keeps the same promise, a
+        // few % of fragment headers aside.
+        let shortest = v["playlist"]["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["duration"].as_f64().unwrap())
+            .fold(f64::INFINITY, f64::min);
+        let promise = (maxrate + bufsize / shortest) * 1.05;
+        let bandwidth = v["bandwidth"].as_f64().unwrap();
+        assert!(
+            bandwidth <= promise,
+            "{uri}: BANDWIDTH {bandwidth} over {promise}"
+        );
         let mean = all_bits / all_secs;
         assert!(
             mean >= 0.5 * maxrate,
