@@ -319,11 +319,11 @@ fn caps(job: &MediaJob, clip: &Path, rounds: usize, seconds: u32) {
 }
 
 /// Mean SSIM (all planes) of a rendition against its source, scaled to the rendition's size
-/// and frame rate (ffmpeg applies the source's rotation).
+/// (ffmpeg applies the source's rotation). Frames are paired by time: the rendition keeps the
+/// source's timeline (a video that starts after its audio, as the Hamilton clip's at 0.85 s,
+/// included).
 fn ssim(rendition: &Path, source: &Path) -> f64 {
-    let graph = "[1:v][0:v]scale2ref=flags=bicubic[src][out];\
-                 [out]setpts=PTS-STARTPTS[o];[src]setpts=PTS-STARTPTS,format=yuv420p[s];\
-                 [o][s]ssim";
+    let graph = "[1:v][0:v]scale2ref=flags=bicubic[src][out];[src]format=yuv420p[s];[out][s]ssim";
     let out = Command::new("ffmpeg")
         .args(["-hide_banner", "-nostdin", "-i"])
         .arg(rendition)
