@@ -12,7 +12,14 @@
 //!
 //! Goals: stream ≤ 1.10 × mp4 (wall time), plain ≥ 1.15 × stream.
 //!
+//! `--caps` measures the capped ladder instead: on that clip and the corpus videos `--inputs`
+//! (comma-separated), the streaming profile's whole job as it was (1080/720/480, rungs
+//! uncapped), with the low rungs but uncapped, and as it is (capped, down to 240p); per rung
+//! the MP4's bytes and mean SSIM (ffmpeg's `ssim`, against the source scaled to the rung), and
+//! the CPU seconds of each job. "Uncapped" is a cap of 1 Gbit/s, which x264 never reaches.
+//!
 //!   cargo bench --bench streaming [-- --rounds 3 --pool 2 --seconds 20]
+//!   cargo bench --bench streaming -- --caps [--inputs moviepy_chaplin.mp4,...]
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -42,6 +49,9 @@ fn main() {
     let settings = Settings::load_from(None, env).unwrap();
     media::init(settings.worker.vips_threads);
     let stream_job = settings.media_job("streaming", None);
+    if std::env::args().any(|a| a == "--caps") {
+        return caps(&stream_job, &input, rounds, seconds);
+    }
     let mut mp4_job = stream_job.clone();
     let p = &mut mp4_job.profile;
     (p.storyboard, p.loudness) = (None, None);
@@ -173,7 +183,7 @@ fn plain(
             format!("fps={rate},scale={w}:{h},{}", transcode::to_sdr(probe)),
         ];
         a.extend(
-            transcode::video_encoder_args(&job.video, job.ffmpeg_threads, probe, r.crf, None)
+            transcode::video_encoder_args(&job.video, job.ffmpeg_threads, probe, r, None)
                 .into_iter()
                 .map(|s| s.to_string_lossy().into_owned()),
         );
@@ -230,4 +240,102 @@ fn plain(
             .map(|s| s.to_string_lossy().into_owned()),
     );
     ffmpeg(a);
+}
+
+/// The `--caps` comparison (see the module doc).
+fn caps(job: &MediaJob, clip: &Path, rounds: usize, seconds: u32) {
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
+    let names = arg(
+        "--inputs",
+        "moviepy_chaplin.mp4,face_recognition_short_hamilton_clip.mp4,rails_rotated_video.mp4",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    // The worst case: temporal noise, nothing to predict.
+    let noise = tmp.path().join("noise.mp4");
+    let made = Command::new("ffmpeg")
+        .args(["-v", "error", "-y", "-f", "lavfi", "-i"])
+        .arg("color=gray:s=1280x720:r=30:d=6,noise=alls=100:allf=t+u")
+        .args(["-c:v", "libx264", "-preset", "ultrafast", "-crf", "12"])
+        .arg(&noise)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mut inputs = vec![
+        (format!("{seconds} s 1080p clip"), clip.to_owned()),
+        ("6 s 720p noise".to_owned(), noise),
+    ];
+    inputs.extend(names.split(',').map(|n| (n.to_owned(), corpus.join(n))));
+    let uncapped = |keep: &dyn Fn(u32) -> bool| {
+        let mut j = job.clone();
+        j.profile.renditions.retain(|r| keep(r.height));
+        for r in &mut j.profile.renditions {
+            (r.maxrate_kbps, r.bufsize_kbps) = (Some(1_000_000), Some(2_000_000));
+        }
+        j
+    };
+    let variants = [
+        ("before", uncapped(&|h| h >= 480)),
+        ("low rungs", uncapped(&|_| true)),
+        ("capped", job.clone()),
+    ];
+    println!(
+        "{:<44} {:<10} {:>6} {:>10} {:>7} {:>7}",
+        "input", "ladder", "rung", "bytes", "SSIM", "CPU s"
+    );
+    for (name, input) in &inputs {
+        let Sniffed::Video(container) = sniff::sniff_file(input).unwrap() else {
+            panic!("{name}: not a video");
+        };
+        for (label, j) in &variants {
+            let dir = tmp.path().join("caps");
+            let mut cpu = 0.0;
+            for _ in 0..rounds.max(1) {
+                let _ = std::fs::remove_dir_all(&dir);
+                std::fs::create_dir_all(&dir).unwrap();
+                let c = cpu_seconds();
+                whole_job(j, input, container, &dir);
+                cpu += cpu_seconds() - c;
+            }
+            let cpu = cpu / rounds.max(1) as f64;
+            let mut rungs: Vec<u32> = std::fs::read_dir(dir.join("mp4"))
+                .unwrap()
+                .filter_map(|e| {
+                    let n = e.unwrap().file_name().to_string_lossy().into_owned();
+                    n.strip_suffix("p.mp4")?.parse().ok()
+                })
+                .collect();
+            rungs.sort_unstable_by(|a, b| b.cmp(a));
+            for h in rungs {
+                let mp4 = dir.join(format!("mp4/{h}p.mp4"));
+                let bytes = std::fs::metadata(&mp4).unwrap().len();
+                println!(
+                    "{name:<44} {label:<10} {:>6} {bytes:>10} {:>7.4} {cpu:>7.2}",
+                    format!("{h}p"),
+                    ssim(&mp4, input)
+                );
+            }
+        }
+    }
+}
+
+/// Mean SSIM (all planes) of a rendition against its source, scaled to the rendition's size
+/// (ffmpeg applies the source's rotation). Frames are paired by time: the rendition keeps the
+/// source's timeline (a video that starts after its audio, as the Hamilton clip's at 0.85 s,
+/// included).
+fn ssim(rendition: &Path, source: &Path) -> f64 {
+    let graph = "[1:v][0:v]scale2ref=flags=bicubic[src][out];[src]format=yuv420p[s];[out][s]ssim";
+    let out = Command::new("ffmpeg")
+        .args(["-hide_banner", "-nostdin", "-i"])
+        .arg(rendition)
+        .arg("-i")
+        .arg(source)
+        .args(["-lavfi", graph, "-f", "null", "-"])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    log.rsplit("All:")
+        .next()
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no SSIM for {}: {log}", rendition.display()))
 }

@@ -122,7 +122,7 @@ fn main() {
             std::fs::create_dir_all(&plain_dir).unwrap();
             let (t, c) = (Instant::now(), cpu_seconds());
             for r in &rungs {
-                plain_rung(&job, &probe, input, r.height, r.crf, &plain_dir);
+                plain_rung(&job, &probe, input, r, &plain_dir);
             }
             plain += t.elapsed();
             plain_cpu += cpu_seconds() - c;
@@ -196,10 +196,10 @@ fn plain_rung(
     job: &MediaJob,
     probe: &ffprobe::VideoProbe,
     input: &Path,
-    height: u32,
-    crf: u8,
+    rung: &media_worker::media::settings::Rendition,
     dir: &Path,
 ) {
+    let height = rung.height;
     let scale = if probe.width >= probe.height {
         format!("scale=-2:{height}")
     } else {
@@ -222,7 +222,7 @@ fn plain_rung(
             &vf,
         ])
         .args(transcode::video_encoder_args(
-            &job.video, threads, probe, crf, None,
+            &job.video, threads, probe, rung, None,
         ))
         .args(transcode::audio_encoder_args(&job.video, probe))
         .args(["-movflags", "+faststart", "-f", "mp4"])

@@ -38,4 +38,5 @@ pub mod shutdown;
 pub mod stages;
 pub mod storage;
 pub mod telemetry;
+pub mod units;
 pub mod worker;

@@ -12,6 +12,7 @@ use common::{corpus, synthetic_video};
 use media_worker::config::Settings;
 use media_worker::contract::{VideoAnalysis, WarningCode};
 use media_worker::media::{self, Control, MediaJob, MediaOutput};
+use media_worker::units::plan;
 use serde_json::Value;
 
 fn job() -> MediaJob {
@@ -163,6 +164,8 @@ fn the_ladder_streams_as_hls_and_dash_over_one_set_of_aligned_segments() {
         ("storyboard", "storyboard.vtt"),
         ("rendition", "mp4/720p.mp4"),
         ("rendition", "mp4/480p.mp4"),
+        ("rendition", "mp4/360p.mp4"),
+        ("rendition", "mp4/234p.mp4"),
     ] {
         assert!(listed.contains(&entry), "{entry:?} not in {listed:?}");
     }
@@ -172,7 +175,7 @@ fn the_ladder_streams_as_hls_and_dash_over_one_set_of_aligned_segments() {
     );
     // Every file on disk under hls/ is reported (so it is uploaded), except ffmpeg's own lists.
     let reported: Vec<PathBuf> = o.files.iter().map(|f| f.path.clone()).collect();
-    for rung in ["720p", "480p", "audio"] {
+    for rung in ["720p", "480p", "360p", "234p", "audio"] {
         for e in std::fs::read_dir(out.join("hls").join(rung)).unwrap() {
             let p = e.unwrap().path();
             let ffmpegs = p.file_name().unwrap() == "ffmpeg.m3u8";
@@ -189,11 +192,14 @@ fn the_ladder_streams_as_hls_and_dash_over_one_set_of_aligned_segments() {
     assert_eq!(m["independent_segments"], true);
     let variants = m["variants"].as_array().unwrap();
     let sizes: Vec<&Value> = variants.iter().map(|v| &v["resolution"]).collect();
+    // Every rung not above the source, down to 234p.
     assert_eq!(
         sizes,
         [
             &serde_json::json!([1280, 720]),
-            &serde_json::json!([854, 480])
+            &serde_json::json!([854, 480]),
+            &serde_json::json!([640, 360]),
+            &serde_json::json!([416, 234])
         ]
     );
     let audio = &m["audio"][0]["playlist"];
@@ -216,6 +222,7 @@ fn the_ladder_streams_as_hls_and_dash_over_one_set_of_aligned_segments() {
     };
     let audio_peak = peak(audio, &stream.join("audio"));
     let mut boundaries: Vec<Vec<f64>> = Vec::new();
+    let mut segment_frames: Vec<Vec<u64>> = Vec::new();
     for v in variants {
         let p = &v["playlist"];
         let uri = v["uri"].as_str().unwrap();
@@ -258,7 +265,7 @@ fn the_ladder_streams_as_hls_and_dash_over_one_set_of_aligned_segments() {
         );
         // Every segment decodes, and starts with a keyframe.
         let mut starts = Vec::new();
-        let mut frames = 0;
+        let mut counts = Vec::new();
         for s in segments {
             let file = playable(
                 &rung_dir,
@@ -266,13 +273,32 @@ fn the_ladder_streams_as_hls_and_dash_over_one_set_of_aligned_segments() {
                 s["uri"].as_str().unwrap(),
                 scratch.path(),
             );
-            frames += decodes(&file);
+            counts.push(decodes(&file));
             let (pts, key) = first_packet(&file);
             assert!(key, "{uri} {}: starts without a keyframe", s["uri"]);
             starts.push(pts);
         }
-        assert_eq!(frames, 360, "{uri}: 12 s at 30 fps");
+        assert_eq!(counts.iter().sum::<u64>(), 360, "{uri}: 12 s at 30 fps");
         boundaries.push(starts);
+        segment_frames.push(counts);
+    }
+    // A plan of units of one segment each, made from the source's frame times, is this run's
+    // cut: a unit per segment, starting at its time, with its frames.
+    let (pts, time_base) = frame_times(&src);
+    let units = plan::plan(&pts, time_base, 4, 1).unwrap();
+    let seconds = |t: i64| (t - pts[0]) as f64 * time_base.num as f64 / time_base.den as f64;
+    let planned: Vec<(f64, u64)> = units
+        .iter()
+        .map(|u| (seconds(u.first_pts), u.frames))
+        .collect();
+    let cut: Vec<(f64, u64)> = boundaries[0]
+        .iter()
+        .zip(&segment_frames[0])
+        .map(|(t, n)| (t - boundaries[0][0], *n))
+        .collect();
+    assert_eq!(planned.len(), cut.len(), "{planned:?} {cut:?}");
+    for ((a, n), (b, m)) in planned.iter().zip(&cut) {
+        assert!((a - b).abs() < 1e-3 && n == m, "{planned:?} {cut:?}");
     }
     // The same boundaries in every rung: a player can switch at any segment.
     assert!(
@@ -303,10 +329,12 @@ for r in root.iterfind('.//d:Representation', ns):
         )
         .arg(stream.join("manifest.mpd")));
     let reps: Vec<Vec<&str>> = reps.lines().map(|l| l.split(' ').collect()).collect();
-    assert_eq!(reps.len(), 3, "{mpd}");
+    assert_eq!(reps.len(), 5, "{mpd}");
     assert_eq!(reps[0][..3], ["720p", "1280", "720"]);
     assert_eq!(reps[1][..3], ["480p", "854", "480"]);
-    assert_eq!(reps[2][0], "audio");
+    assert_eq!(reps[2][..3], ["360p", "640", "360"]);
+    assert_eq!(reps[3][..3], ["234p", "416", "234"]);
+    assert_eq!(reps[4][0], "audio");
     let segments = variants[0]["playlist"]["segments"]
         .as_array()
         .unwrap()
@@ -325,7 +353,13 @@ for r in root.iterfind('.//d:Representation', ns):
         ])
         .args(["-of", "csv=p=0"])
         .arg(stream.join("manifest.mpd")));
-    for want in ["video,1280,720", "video,854,480", "audio"] {
+    for want in [
+        "video,1280,720",
+        "video,854,480",
+        "video,640,360",
+        "video,416,234",
+        "audio",
+    ] {
         assert!(
             probe.lines().any(|l| l.trim_end_matches(',') == want),
             "{probe}"
@@ -624,7 +658,8 @@ fn a_resumed_run_lists_the_landed_rung_in_its_playlists() {
     assert!(!part_dir.join("hls/720p").exists() && !part_dir.join("mp4/720p.mp4").exists());
     assert!(part_dir.join("hls/480p/seg-00000.m4s").exists());
     let ids: Vec<_> = part.tracks.iter().map(|t| t.id).collect();
-    assert_eq!(ids, [media::output::TrackId::Video(480)]);
+    let made = [480, 360, 234].map(media::output::TrackId::Video);
+    assert_eq!(ids, made);
     // The landed rung's files are where the first run put them (in storage, for the worker).
     let landed_dir = part_dir.join("hls/720p");
     std::fs::create_dir_all(&landed_dir).unwrap();
@@ -655,5 +690,147 @@ fn a_resumed_run_lists_the_landed_rung_in_its_playlists() {
             .warnings
             .iter()
             .any(|w| w.code == WarningCode::StoryboardFailed)
+    );
+}
+
+/// The presentation times of a file's video frames, ascending, and their time base.
+fn frame_times(path: &Path) -> (Vec<i64>, plan::TimeBase) {
+    let probe = |entries: &str| {
+        run(Command::new("ffprobe")
+            .args([
+                "-v",
+                "error",
+                "-select_streams",
+                "v:0",
+                "-show_entries",
+                entries,
+            ])
+            .args(["-of", "csv=p=0"])
+            .arg(path))
+    };
+    let tb = probe("stream=time_base");
+    let (num, den) = tb.trim().split_once('/').unwrap();
+    let time_base = plan::TimeBase {
+        num: num.parse().unwrap(),
+        den: den.parse().unwrap(),
+    };
+    let mut pts: Vec<i64> = probe("packet=pts")
+        .lines()
+        .map(|l| l.trim_end_matches(',').parse().unwrap())
+        .collect();
+    pts.sort_unstable();
+    (pts, time_base)
+}
+
+/// The video bits of a playable segment and the time they cover: ffprobe's packet sizes and
+/// durations.
+fn video_bits(path: &Path) -> (f64, f64) {
+    let lines = run(Command::new("ffprobe")
+        .args(["-v", "error", "-select_streams", "v:0"])
+        .args(["-show_entries", "packet=size,duration_time"])
+        .args(["-of", "compact=p=0"])
+        .arg(path));
+    // `duration_time=0.033333|size=1234`, in ffprobe's order.
+    lines.lines().fold((0.0, 0.0), |(bits, secs), line| {
+        let field = |name: &str| -> f64 {
+            let f = line.split('|').find_map(|f| f.strip_prefix(name));
+            f.and_then(|v| v.strip_prefix('=')?.parse().ok())
+                .unwrap_or_else(|| panic!("{name} in {line}"))
+        };
+        (bits + field("size") * 8.0, secs + field("duration_time"))
+    })
+}
+
+/// Capped rungs, on the worst case: temporal noise (nothing to predict, every frame new). Each
+/// segment of each rung keeps to what its rung's rate control allows, `maxrate x d + bufsize`
+/// bits for d seconds (the VBV's bound: at most a full buffer above the peak rate), so its
+/// bitrate is at most the cap x (1 + bufsize / (maxrate x d)); and the caps bind (uncapped CRF
+/// makes several times more of noise), so the check can fail.
+#[test]
+fn every_segment_of_a_noise_video_keeps_to_its_rungs_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("noise.mp4");
+    run(Command::new("ffmpeg")
+        .args(["-v", "error", "-y", "-f", "lavfi", "-i"])
+        .arg("color=gray:s=1280x720:r=30:d=6,noise=alls=100:allf=t+u")
+        .args(["-c:v", "libx264", "-preset", "ultrafast", "-crf", "12"])
+        .arg(&src));
+    let job = job();
+    let out = dir.path().join("out");
+    process(&job, &src, &out);
+    let m = hls(&out.join("hls/master.m3u8"));
+    let variants = m["variants"].as_array().unwrap();
+    assert_eq!(variants.len(), 4, "720p down to 234p: {m}");
+    let scratch = tempfile::tempdir().unwrap();
+    for v in variants {
+        let uri = v["uri"].as_str().unwrap();
+        let height = v["resolution"][1].as_u64().unwrap() as u32;
+        let rung = job
+            .profile
+            .renditions
+            .iter()
+            .find(|r| r.height == height)
+            .unwrap();
+        let maxrate = rung.maxrate() as f64 * 1000.0;
+        let bufsize = rung.bufsize() as f64 * 1000.0;
+        let rung_dir = out.join("hls").join(Path::new(uri).parent().unwrap());
+        let (mut all_bits, mut all_secs) = (0.0, 0.0);
+        for s in v["playlist"]["segments"].as_array().unwrap() {
+            let name = s["uri"].as_str().unwrap();
+            let file = playable(&rung_dir, "init.mp4", name, scratch.path());
+            let (bits, secs) = video_bits(&file);
+            let tolerance = 1.0 + bufsize / (maxrate * secs);
+            assert!(
+                bits / secs <= maxrate * tolerance,
+                "{uri} {name}: {:.0} kbit/s over {secs} s, cap {} kbit/s x {tolerance:.2}",
+                bits / secs / 1000.0,
+                rung.maxrate()
+            );
+            (all_bits, all_secs) = (all_bits + bits, all_secs + secs);
+        }
+        // BANDWIDTH (the peak segment's file rate; no audio here) keeps the same promise, a
+        // few % of fragment headers aside.
+        let shortest = v["playlist"]["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["duration"].as_f64().unwrap())
+            .fold(f64::INFINITY, f64::min);
+        let promise = (maxrate + bufsize / shortest) * 1.05;
+        let bandwidth = v["bandwidth"].as_f64().unwrap();
+        assert!(
+            bandwidth <= promise,
+            "{uri}: BANDWIDTH {bandwidth} over {promise}"
+        );
+        let mean = all_bits / all_secs;
+        assert!(
+            mean >= 0.5 * maxrate,
+            "{uri}: {:.0} kbit/s: the cap of {} kbit/s does not bind on noise",
+            mean / 1000.0,
+            rung.maxrate()
+        );
+    }
+}
+
+/// A 360p source streams adaptively: the ladder reaches below it (360p and 234p), never above.
+#[test]
+fn a_360p_source_gets_more_than_one_variant() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    process(&job(), &corpus("moviepy_chaplin.mp4"), &out);
+    let m = hls(&out.join("hls/master.m3u8"));
+    let variants = m["variants"].as_array().unwrap();
+    let sizes: Vec<&Value> = variants.iter().map(|v| &v["resolution"]).collect();
+    assert_eq!(
+        sizes,
+        [
+            &serde_json::json!([640, 360]),
+            &serde_json::json!([416, 234])
+        ],
+        "{m}"
+    );
+    assert!(
+        variants[0]["bandwidth"].as_u64() > variants[1]["bandwidth"].as_u64(),
+        "{m}"
     );
 }

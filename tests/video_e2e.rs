@@ -403,7 +403,8 @@ async fn a_stream_lands_before_its_entry_points_and_resumes_per_rung() {
     blocked.first.wait_exit(MINUTE);
 
     let (second, resumed) = blocked.unblock_for_a_second_worker();
-    assert_eq!(renditions(&second), (Some(1.0), Some(1.0)));
+    // 480p, 360p and 234p encoded, 720p resumed.
+    assert_eq!(renditions(&second), (Some(3.0), Some(1.0)));
 
     // The master, read back through S3, and every object it leads to.
     let master = resumed
@@ -414,9 +415,9 @@ async fn a_stream_lands_before_its_entry_points_and_resumes_per_rung() {
     assert_eq!(master.key, "user-1/videos/vid-s/hls/master.m3u8");
     let local = dir.path().join("read-back");
     let fetched = stack.fetch_hls(&master.key, &local).await;
-    // master, 2 rungs and the audio: a playlist, an init segment and at least 2 segments each
-    // (every GET above succeeded: the object exists).
-    let least = 3 * 4 + 1;
+    // master, 4 rungs (720p down to 234p) and the audio: a playlist, an init segment and at
+    // least 2 segments each (every GET above succeeded: the object exists).
+    let least = 5 * 4 + 1;
     assert!(fetched >= least, "{fetched}");
     let parsed = Command::new("python3")
         .arg(concat!(
@@ -428,7 +429,7 @@ async fn a_stream_lands_before_its_entry_points_and_resumes_per_rung() {
         .unwrap();
     assert!(parsed.status.success(), "{parsed:?}");
     let parsed: serde_json::Value = serde_json::from_slice(&parsed.stdout).unwrap();
-    assert_eq!(parsed["variants"].as_array().unwrap().len(), 2);
+    assert_eq!(parsed["variants"].as_array().unwrap().len(), 4);
 
     // `media-worker process` makes the same outputs of the same file.
     let cli = Command::new(env!("CARGO_BIN_EXE_media-worker"))

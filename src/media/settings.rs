@@ -159,25 +159,86 @@ fn default_cache_control() -> String {
 }
 
 /// One rung of the video ladder: `height` is the shorter displayed side (720 = 720p, also for
-/// a portrait video, which becomes 720x1280).
+/// a portrait video, which becomes 720x1280). Encoded at its CRF under a peak bitrate cap (a
+/// VBV of `bufsize_kbps` filled at `maxrate_kbps`), so that no stretch of `d` seconds takes
+/// more than `maxrate x d + bufsize` bits: what a player reads in `BANDWIDTH` holds, and a
+/// rendition's bytes are bounded per second of video whatever the content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rendition {
     pub height: u32,
     pub crf: u8,
+    /// Peak bitrate; default [`guideline_kbps`] of the height.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maxrate_kbps: Option<u32>,
+    /// The rate control's buffer; default twice the peak bitrate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bufsize_kbps: Option<u32>,
+}
+
+impl Rendition {
+    /// A rung with the guideline's cap for its height.
+    pub fn new(height: u32, crf: u8) -> Rendition {
+        Rendition {
+            height,
+            crf,
+            maxrate_kbps: None,
+            bufsize_kbps: None,
+        }
+    }
+
+    /// The peak bitrate the encoder keeps to, in kbit/s.
+    pub fn maxrate(&self) -> u32 {
+        self.maxrate_kbps
+            .unwrap_or_else(|| guideline_kbps(self.height))
+    }
+
+    /// The VBV buffer, in kbit: a segment of `d` seconds has at most `maxrate x d + bufsize`.
+    pub fn bufsize(&self) -> u32 {
+        self.bufsize_kbps.unwrap_or(2 * self.maxrate())
+    }
+}
+
+/// Apple's "HLS Authoring Specification for Apple Devices", table "Video average bit rate"
+/// for H.264 at 16:9 (https://developer.apple.com/documentation/http_live_streaming/
+/// hls_authoring_specification_for_apple_devices): (height, kbit/s), the first row of each
+/// size (416x234 145, 640x360 365, 768x432 730, 960x540 2000, 1280x720 3000, 1920x1080 6000;
+/// the table's second rows, 432p 1100, 720p 4500 and 1080p 7800, are its higher-quality
+/// variants).
+pub const HLS_AUTHORING_H264: [(u32, u32); 6] = [
+    (234, 145),
+    (360, 365),
+    (432, 730),
+    (540, 2000),
+    (720, 3000),
+    (1080, 6000),
+];
+
+/// The guideline's bitrate for a rung of this height (the shorter side): the table's row of
+/// that height, between two rows linear in the pixel count, outside the table in proportion to
+/// the pixels of the nearest row (a 2160p rung gets 4 x 1080p's).
+pub fn guideline_kbps(height: u32) -> u32 {
+    let pixels = |h: u32| (h as f64).powi(2);
+    let rows = &HLS_AUTHORING_H264;
+    let (first, last) = (rows[0], rows[rows.len() - 1]);
+    let kbps = if height <= first.0 {
+        first.1 as f64 * pixels(height) / pixels(first.0)
+    } else if height >= last.0 {
+        last.1 as f64 * pixels(height) / pixels(last.0)
+    } else {
+        let i = rows
+            .iter()
+            .position(|r| r.0 >= height)
+            .expect("inside the table");
+        let ((h0, r0), (h1, r1)) = (rows[i - 1], rows[i]);
+        let at = (pixels(height) - pixels(h0)) / (pixels(h1) - pixels(h0));
+        r0 as f64 + at * (r1 as f64 - r0 as f64)
+    };
+    (kbps.round() as u32).max(16)
 }
 
 fn default_renditions() -> Vec<Rendition> {
-    vec![
-        Rendition {
-            height: 720,
-            crf: 23,
-        },
-        Rendition {
-            height: 480,
-            crf: 26,
-        },
-    ]
+    vec![Rendition::new(720, 23), Rendition::new(480, 26)]
 }
 
 fn yes() -> bool {
@@ -423,6 +484,13 @@ impl Section for Profile {
             "need at least one, height 16-4320, crf 0-51",
         )?;
         ensure(
+            self.renditions
+                .iter()
+                .all(|r| r.maxrate() >= 16 && r.bufsize() >= r.maxrate() / 4),
+            "renditions",
+            "need maxrate_kbps at least 16 and bufsize_kbps at least a quarter of it",
+        )?;
+        ensure(
             self.progressive || !self.streaming.is_empty(),
             "progressive",
             "a profile without progressive renditions needs `streaming`",
@@ -504,5 +572,31 @@ mod tests {
         assert_eq!(with(MAX_THUMBNAIL_SIDE + 1, 100), Err("thumbnail".into()));
         assert_eq!(with(100, MAX_THUMBNAIL_SIDE + 1), Err("thumbnail".into()));
         assert_eq!(with(0, 100), Err("thumbnail".into()));
+    }
+
+    #[test]
+    fn rungs_are_capped_at_the_guideline_unless_set() {
+        for (height, kbps) in HLS_AUTHORING_H264 {
+            assert_eq!(guideline_kbps(height), kbps);
+        }
+        // Between rows by the pixel count; outside in proportion to the nearest row's pixels.
+        assert_eq!(guideline_kbps(480), 1260);
+        assert_eq!(guideline_kbps(240), 153);
+        assert_eq!(guideline_kbps(2160), 24000);
+        assert_eq!(guideline_kbps(16), 16);
+        let r = Rendition::new(720, 23);
+        assert_eq!((r.maxrate(), r.bufsize()), (3000, 6000));
+        let set = Rendition {
+            maxrate_kbps: Some(4500),
+            ..r
+        };
+        assert_eq!((set.maxrate(), set.bufsize()), (4500, 9000));
+        let mut p: Profile = defaults::section("profiles.streaming");
+        assert_eq!(p.validate().map_err(|e| e.key), Ok(()));
+        p.renditions[0].bufsize_kbps = Some(1);
+        assert_eq!(p.validate().map_err(|e| e.key), Err("renditions".into()));
+        let unknown: Result<Rendition, _> =
+            serde_json::from_str(r#"{"height": 720, "crf": 23, "maxrate": 1}"#);
+        assert!(unknown.is_err(), "a misspelt cap is refused, not ignored");
     }
 }

@@ -83,10 +83,7 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
             target: None,
         }],
         thumbnail: None,
-        renditions: vec![media_worker::media::settings::Rendition {
-            height: 144,
-            crf: 35,
-        }],
+        renditions: vec![media_worker::media::settings::Rendition::new(144, 35)],
         poster: true,
         // Mutated videos reach the stream's muxers and playlists, the storyboard and the
         // loudness measurement too.

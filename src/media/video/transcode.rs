@@ -16,7 +16,7 @@ use crate::media::settings::{Rendition, VideoSettings};
 
 /// The rungs to produce: those whose height (the shorter displayed side) is not above the
 /// source's, tallest first. A source smaller than every rung gets one rendition at its own
-/// size, with the last rung's quality.
+/// size, with the smallest rung's quality and cap.
 pub fn plan(ladder: &[Rendition], probe: &VideoProbe) -> Vec<Rendition> {
     let short = even(probe.short_side());
     let mut rungs: Vec<Rendition> = ladder
@@ -32,9 +32,11 @@ pub fn plan(ladder: &[Rendition], probe: &VideoProbe) -> Vec<Rendition> {
     if rungs.is_empty()
         && let Some(last) = ladder.iter().min_by_key(|r| r.height)
     {
+        // The smallest rung's settings at the source's size: a cap set on it still bounds
+        // the smaller picture, a default one is the guideline's for this height.
         rungs.push(Rendition {
             height: short,
-            crf: last.crf,
+            ..*last
         });
     }
     rungs
@@ -168,30 +170,44 @@ fn first_frames_from(times: &[Duration]) -> String {
 
 /// The filter graph of a run: the source split once into the ladder (`[v0]`, ...), the
 /// storyboard (`[b]`) and the poster candidates (`[c]`). The tallest rung is scaled from the
-/// source (and tone-mapped there, once, for HDR), each smaller one from the tallest: scaling
-/// from 720p rather than 1080p costs less, for an SSIM against the source within 0.0001 (`make
-/// bench`). A stream's rungs are brought to its constant frame rate first.
+/// source (and tone-mapped there, once, for HDR), each smaller one from the rung above it: a
+/// scale costs by the pixels it reads, and the streaming ladder of a 1080p source took 14 %
+/// more CPU with every rung scaled from 1080p, for an SSIM against the source at most 0.0006
+/// higher and 1-2 % more bytes in the 480p, 360p and 234p rungs (`cargo bench --bench
+/// streaming -- --caps`). A stream's rungs are brought to its constant frame rate first.
 pub fn filter_graph(probe: &VideoProbe, outputs: &Outputs) -> String {
     let rungs = outputs.rungs;
     let size = |r: &Rendition| output_size(probe, r.height);
     let mut heads = Vec::new();
     let mut chains = Vec::new();
+    // Each rung's output, and its copy for the rung below (if any).
+    let outs = |i: usize| {
+        if i + 1 < rungs.len() {
+            format!("split=2[v{i}][s{}]", i + 1)
+        } else {
+            format!("split=1[v{i}]")
+        }
+    };
     if let Some(top) = rungs.first() {
         heads.push("[t]".to_owned());
         let (w, h) = size(top);
-        let splits: String = (1..rungs.len()).map(|i| format!("[s{i}]")).collect();
         let cfr = outputs
             .stream
             .map(|s| format!("fps={},", stream::frame_rate(s.frame_rate)))
             .unwrap_or_default();
         chains.push(format!(
-            "[t]{cfr}scale={w}:{h},{},split={}[v0]{splits}",
+            "[t]{cfr}scale={w}:{h},{},{}",
             to_sdr(probe),
-            rungs.len()
+            outs(0)
         ));
         for (i, r) in rungs.iter().enumerate().skip(1) {
             let (w, h) = size(r);
-            chains.push(format!("[s{i}]scale={w}:{h}[v{i}]"));
+            let out = if i + 1 < rungs.len() {
+                format!(",{}", outs(i))
+            } else {
+                format!("[v{i}]")
+            };
+            chains.push(format!("[s{i}]scale={w}:{h}{out}"));
         }
     }
     if let Some(plan) = outputs.storyboard {
@@ -248,13 +264,7 @@ pub fn args(
         let mut slaves = Vec::new();
         for (i, rung) in outputs.rungs.iter().enumerate() {
             ext(&mut a, &["-map", &format!("[v{i}]")]);
-            a.extend(video_encoder_args(
-                settings,
-                threads,
-                probe,
-                rung.crf,
-                Some(i),
-            ));
+            a.extend(video_encoder_args(settings, threads, probe, rung, Some(i)));
             if let Some(s) = outputs.stream {
                 // A closed GOP at every segment boundary, in every rung alike.
                 ext(
@@ -322,22 +332,28 @@ pub fn args(
     a
 }
 
-/// A rung's video encoder: H.264 High yuv420p at its CRF (BT.709 tags after tone mapping).
-/// `stream`: its index among the run's video streams (the options apply to it alone), or
-/// None for a run of its own.
+/// A rung's video encoder: H.264 High yuv420p at its CRF under its peak bitrate cap (x264's
+/// VBV: capped CRF), BT.709 tags after tone mapping. `stream`: its index among the run's video
+/// streams (the options apply to it alone), or None for a run of its own.
 pub fn video_encoder_args(
     settings: &VideoSettings,
     threads: usize,
     probe: &VideoProbe,
-    crf: u8,
+    rung: &Rendition,
     stream: Option<usize>,
 ) -> Vec<OsString> {
     let spec = stream.map_or(":v".to_owned(), |i| format!(":v:{i}"));
-    let (threads, crf) = (threads.to_string(), crf.to_string());
+    let (threads, crf) = (threads.to_string(), rung.crf.to_string());
+    let (maxrate, bufsize) = (
+        format!("{}k", rung.maxrate()),
+        format!("{}k", rung.bufsize()),
+    );
     let mut o = vec![
         ("-c", "libx264"),
         ("-preset", settings.preset.as_str()),
         ("-crf", &crf),
+        ("-maxrate", &maxrate),
+        ("-bufsize", &bufsize),
         ("-pix_fmt", "yuv420p"),
         ("-profile", "high"),
         ("-threads", &threads),
@@ -423,6 +439,11 @@ mod tests {
         assert_eq!(heights(&probe(480, 640)), [480]);
         let small = plan(&ladder(), &probe(640, 361));
         assert_eq!((small.len(), small[0].height, small[0].crf), (1, 360, 26));
+        // Capped at its own height's rate, not the 480p rung's; a set cap is kept.
+        assert_eq!(small[0].maxrate(), 365);
+        let mut capped = ladder();
+        capped[1].maxrate_kbps = Some(300);
+        assert_eq!(plan(&capped, &probe(640, 361))[0].maxrate(), 300);
     }
 
     #[test]
@@ -472,6 +493,22 @@ mod tests {
         // Only poster frames (every rung resumed).
         let g = filter_graph(&hdr, &outputs(&[], &secs[..1]));
         assert!(g.starts_with("[0:v:0]split=1[f];[f]select=gte(t"), "{g}");
+    }
+
+    #[test]
+    fn each_rung_is_scaled_from_the_one_above() {
+        let ladder = crate::media::settings::defaults::job("streaming")
+            .profile
+            .renditions;
+        let source = probe(1920, 1080);
+        let rungs = plan(&ladder, &source);
+        assert_eq!(
+            filter_graph(&source, &outputs(&rungs, &[])),
+            "[0:v:0]split=1[t];\
+             [t]scale=1920:1080,format=yuv420p,split=2[v0][s1];\
+             [s1]scale=1280:720,split=2[v1][s2];[s2]scale=854:480,split=2[v2][s3];\
+             [s3]scale=640:360,split=2[v3][s4];[s4]scale=416:234[v4]"
+        );
     }
 
     #[test]
@@ -541,6 +578,9 @@ mod tests {
         let a = args_for(&probe(640, 360));
         assert!(a.contains(&"-an".to_owned()) && !a.contains(&"aac".to_owned()));
         assert!(has(&a, ["-crf:v:0", "23"]) && has(&a, ["-crf:v:1", "26"]));
+        // Capped CRF: each rung under its guideline peak, with a buffer of twice that.
+        assert!(has(&a, ["-maxrate:v:0", "3000k"]) && has(&a, ["-bufsize:v:0", "6000k"]));
+        assert!(has(&a, ["-maxrate:v:1", "1260k"]) && has(&a, ["-bufsize:v:1", "2520k"]));
         assert!(has(&a, ["-threads:v:1", "2"]) && has(&a, ["-threads", "2"]));
         let tee = &a[a.iter().position(|x| x == "tee").unwrap() + 1];
         assert_eq!(
