@@ -368,15 +368,17 @@ fn too_large_for_the_scratch(r: &media_worker::contract::OptimizeResponse, what:
     eprintln!("{what}: {} after {} attempts", error.message, r.attempts);
 }
 
-/// The review's trigger: a 20-second 720p noise video (2.7 MB here) with the streaming
-/// profile on a 24 MiB scratch. Its renditions can never fit: the need became twice what it
-/// wrote, about twice the volume, and the job waited forever with the pod not ready and its
+/// The review's trigger, scaled to the capped rungs: a 20-second 720p noise video (2.7 MB) with
+/// the streaming profile. The review ran it on a 24 MiB scratch, where its uncapped renditions
+/// could never fit; capped, they fit there (issue 45's caps bound a rung's bytes per second), so
+/// the volume here is 8 MiB, which the 720p rung alone exceeds. The need became twice what the
+/// job wrote, about twice the volume, and the job waited forever with the pod not ready and its
 /// partition paused (and after a restart the next worker the same). Now it is the request's:
 /// answered `limits_exceeded` with the figures, the offset committed, the pod ready, and the
 /// next request served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_video_whose_outputs_can_never_fit_the_scratch_is_answered_not_held() {
-    let scratch = Tmpfs::mount(24);
+    let scratch = Tmpfs::mount(8);
     let stack = Stack::start(1).await;
     let worker = on_scratch(&stack, "g-video-fill", &scratch, None);
     let dir = tempfile::tempdir().unwrap();

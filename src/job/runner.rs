@@ -326,8 +326,8 @@ impl JobRunner {
     ///
     /// A need beyond the whole volume can never be met, so holding would stop the pod for good
     /// (and, redelivered, the next one): it is the request's, `limits_exceeded` with the
-    /// figures, once the job has met the full volume alone. Sharing it, it runs again alone
-    /// (it reserves all the volume could give), which decides.
+    /// figures, once the job has filled the volume alone. Sharing it, it runs again alone (it
+    /// reserves all the volume can give once this pod's jobs are done), which decides.
     fn by_pod_state(&self, failure: Failure, scratch: &ScratchDir, need: u64) -> Failure {
         let settings = &self.svc.settings.worker;
         if let JobError::Media(MediaError::NotStarted(_)) = failure.error {
@@ -345,21 +345,23 @@ impl JobRunner {
         if !space.near_full(settings.min_scratch_free_bytes, needed) {
             return failure;
         }
-        if needed > space.room() {
-            if self.alone_on_scratch(need) {
-                tracing::warn!(stage = failure.stage.as_str(), error = %failure.error, written,
-                    total = space.total, "outputs larger than the whole scratch volume: the request's failure");
-                return Failure {
-                    stage: failure.stage,
-                    error: JobError::OutputsTooLarge {
-                        written,
-                        total: space.total,
-                        cause: failure.error.to_string(),
-                    },
-                };
-            }
-            needed = space.room();
+        // Full indeed (not merely short of this job's need), alone, and needing more than the
+        // whole volume: no pod like this one can ever run it.
+        if needed > space.room() && space.near_full(0, 0) && self.alone_on_scratch(need) {
+            tracing::warn!(stage = failure.stage.as_str(), error = %failure.error, written,
+                total = space.total, "outputs larger than the whole scratch volume: the request's failure");
+            return Failure {
+                stage: failure.stage,
+                error: JobError::OutputsTooLarge {
+                    written,
+                    total: space.total,
+                    cause: failure.error.to_string(),
+                },
+            };
         }
+        // Never more than the volume can give once this pod's jobs are done (it may hold more
+        // than ours), or the job would wait for space that never comes.
+        needed = needed.min(space.reachable(scratch::used_bytes(&settings.tmp_dir)));
         self.svc.health.want_scratch(needed);
         tracing::warn!(stage = failure.stage.as_str(), error = %failure.error, free = space.free,
             needed, "failed with the scratch file system full: a fault of this pod");

@@ -327,6 +327,9 @@ impl SourceContext {
         for tp in &revoked {
             st.tracker.revoke(tp);
         }
+        // A partition whose commits failed may be gone with them.
+        self.health
+            .set_commit_failures(st.tracker.commit_failures());
         st.reassigned = true;
         // One line per partition, with typed fields (the fleet tests read ownership from them).
         for (topic, partition) in &revoked {

@@ -165,8 +165,9 @@ impl OffsetTracker {
         if ok {
             st.committed = Some(st.committed.map_or(position, |c| c.max(position)));
             st.failures = 0;
-        } else {
-            // Sent again on the next turn.
+        } else if st.sent == Some(position) {
+            // Sent again on the next turn. (An older commit that failed after a newer one was
+            // sent changes nothing: the newer one covers it.)
             st.sent = st.committed;
             st.failures += 1;
         }
@@ -316,5 +317,12 @@ mod tests {
         t.commit_result(&tp(0), 1, true);
         assert_eq!(t.commit_failures(), 0);
         assert!(t.committable(false).is_empty());
+        // An older commit failing after a newer one was sent: the newer one covers it.
+        let later = t.dispatched("req", 0, 1).unwrap();
+        assert!(t.finished(&later));
+        t.commit_sent(&tp(0), 2);
+        t.commit_result(&tp(0), 1, false);
+        assert!(t.committable(false).is_empty(), "not sent again");
+        assert_eq!(t.commit_failures(), 0);
     }
 }

@@ -239,7 +239,10 @@ impl Publisher {
                     held.set(&self.health);
                     tracing::error!(topic, attempts, error = %why, key = out.key,
                         "not authorised to publish: response held until the right is granted");
-                    self.refresh_metadata(topic).await;
+                    tokio::select! {
+                        _ = self.refresh_metadata(topic) => {}
+                        _ = give_up.cancelled() => {}
+                    }
                     why
                 }
                 Err(SendError::Failed(e)) => {
@@ -372,12 +375,13 @@ impl Publisher {
     }
 }
 
-/// Informational records (progress events): each delivered within its bound or never, by a
-/// producer of their own whose `message.timeout.ms` is that bound. The enqueue timeout alone
-/// bounded nothing: delivery waited up to the responses' `message.timeout.ms` (5 min) for a
-/// missing or leaderless topic, and a job's response waits for its last event. Once failed, a
-/// record is never delivered later, so an event never follows its job's response. No
-/// retries, no dead letter, no effect on the pod's health.
+/// Informational records (progress events): each reported delivered or failed within its bound
+/// (twice over at most: the wait for room in the queue, then the delivery), by a producer of
+/// their own whose `message.timeout.ms` is that bound. The enqueue timeout alone bounded
+/// nothing: delivery waited up to the responses' `message.timeout.ms` (5 min) for a missing or
+/// leaderless topic, and a job's response waits for its last event. A record librdkafka gave
+/// up on is not sent again (one already on the wire may still be appended by a slow broker).
+/// No retries, no dead letter, no effect on the pod's health.
 pub struct BestEffort {
     producer: FutureProducer,
     within: Duration,

@@ -115,9 +115,10 @@ pub async fn lookup(
 }
 
 /// The stored manifest for a request whose source is gone (deleted once its outputs existed,
-/// then the request delivered again after a crash before its commit): valid when it records
-/// this request's profile, whatever the settings now (nothing could be made again; the outputs
-/// it lists exist). `force` still asks for a processing, which then fails `source_not_found`.
+/// then the request delivered again after a crash before its commit): valid when it was made
+/// from this request's source object with this request's profile, whatever the settings now
+/// (nothing could be made again; the outputs it lists exist). `force` still asks for a
+/// processing, which then fails `source_not_found`.
 pub async fn lookup_without_source(
     storage: &dyn Storage,
     bucket: &str,
@@ -127,7 +128,9 @@ pub async fn lookup_without_source(
         return None;
     }
     let m = stored(storage, bucket, req).await?;
-    (m.profile == profile_of(req)).then_some(m)
+    let source = &m.produced.source;
+    let same_source = source.bucket == req.source.bucket && source.key == req.source.key;
+    (same_source && m.profile == profile_of(req)).then_some(m)
 }
 
 /// The manifest stored for `req`'s media, whatever it is valid for.
