@@ -324,18 +324,13 @@ fn caps(job: &MediaJob, clip: &Path, rounds: usize, seconds: u32) {
 /// included).
 fn ssim(rendition: &Path, source: &Path) -> f64 {
     let graph = "[1:v][0:v]scale2ref=flags=bicubic[src][out];[src]format=yuv420p[s];[out][s]ssim";
-    let out = Command::new("ffmpeg")
-        .args(["-hide_banner", "-nostdin", "-i"])
-        .arg(rendition)
-        .arg("-i")
-        .arg(source)
-        .args(["-lavfi", graph, "-f", "null", "-"])
-        .output()
-        .unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
-    log.rsplit("All:")
-        .next()
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no SSIM for {}: {log}", rendition.display()))
+    util::ffmpeg_ssim(
+        Command::new("ffmpeg")
+            .args(["-hide_banner", "-nostdin", "-i"])
+            .arg(rendition)
+            .arg("-i")
+            .arg(source)
+            .args(["-lavfi", graph, "-f", "null", "-"]),
+        rendition,
+    )
 }

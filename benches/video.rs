@@ -265,17 +265,12 @@ fn ssim_to_source(
         "[1:v]scale={w}:{h},{}[ref];[0:v][ref]ssim",
         transcode::to_sdr(probe)
     );
-    let out = Command::new(&job.video.ffmpeg)
-        .args(["-hide_banner", "-nostdin", "-i"])
-        .arg(file)
-        .args(ffprobe::input_args(probe.demuxer, input))
-        .args(["-filter_complex", &graph, "-f", "null", "-"])
-        .output()
-        .unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
-    log.rsplit("All:")
-        .next()
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no SSIM for {}: {log}", file.display()))
+    util::ffmpeg_ssim(
+        Command::new(&job.video.ffmpeg)
+            .args(["-hide_banner", "-nostdin", "-i"])
+            .arg(file)
+            .args(ffprobe::input_args(probe.demuxer, input))
+            .args(["-filter_complex", &graph, "-f", "null", "-"]),
+        file,
+    )
 }

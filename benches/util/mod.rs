@@ -75,3 +75,15 @@ pub fn proc_cpu_seconds(pid: i32) -> f64 {
     // SAFETY: sysconf has no preconditions.
     ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
+
+/// Runs an ffmpeg command whose filter graph ends in `ssim`, and returns its mean SSIM over all
+/// planes (the "All:" figure of its last report); `what` names the output for a failure.
+pub fn ffmpeg_ssim(cmd: &mut std::process::Command, what: &std::path::Path) -> f64 {
+    let out = cmd.output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    log.rsplit("All:")
+        .next()
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no SSIM for {}: {log}", what.display()))
+}
