@@ -219,12 +219,6 @@ impl Admission {
         Ok(source_bytes.saturating_mul(2).min(room))
     }
 
-    /// The most one job could ever have here: the whole volume less what the file system keeps
-    /// (`None` when the volume cannot be read).
-    pub fn room(&self) -> Option<u64> {
-        Space::of(&self.root).map(|s| s.room())
-    }
-
     /// Scratch reserved now by the jobs running.
     pub fn reserved(&self) -> u64 {
         *self.reserved.lock().unwrap()
