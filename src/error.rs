@@ -45,6 +45,20 @@ pub enum JobError {
         total: u64,
         cause: String,
     },
+    /// A long video's source was replaced while its units were encoded: the planned version is
+    /// gone, and no stream is made of two versions.
+    #[error(
+        "the source was replaced while the video was encoded in units (ETag {now}, planned {planned}): nothing of either version was published"
+    )]
+    SourceChanged { planned: String, now: String },
+    /// A unit of a long video failed for good: the whole request's answer.
+    #[error("unit {index} (from {at_secs:.1} s): {message}")]
+    UnitFailed {
+        index: u32,
+        at_secs: f64,
+        code: ErrorCode,
+        message: String,
+    },
 }
 
 impl JobError {
@@ -87,6 +101,8 @@ impl JobError {
             Self::ScratchTooSmall { .. } | Self::OutputsTooLarge { .. } => {
                 ErrorCode::LimitsExceeded
             }
+            Self::SourceChanged { .. } => ErrorCode::SourceNotFound,
+            Self::UnitFailed { code, .. } => *code,
         }
     }
 
@@ -112,6 +128,8 @@ impl JobError {
                 | Self::ScratchTooSmall { .. }
                 | Self::OutputsTooLarge { .. }
                 | Self::ScratchFull { .. }
+                | Self::SourceChanged { .. }
+                | Self::UnitFailed { .. }
         );
         let dependency = self.is_transient() && !self.is_local();
         !verdict && !dependency

@@ -8,11 +8,12 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::stream::{decodes, duration, first_packet, hls, playable, run};
 use common::{corpus, synthetic_video};
 use media_worker::config::Settings;
 use media_worker::contract::{VideoAnalysis, WarningCode};
+use media_worker::media::video::plan;
 use media_worker::media::{self, Control, MediaJob, MediaOutput};
-use media_worker::units::plan;
 use serde_json::Value;
 
 fn job() -> MediaJob {
@@ -28,86 +29,6 @@ fn process(job: &MediaJob, input: &Path, out: &Path) -> MediaOutput {
 
 fn analysis(o: &MediaOutput) -> VideoAnalysis {
     o.analysis.as_ref().and_then(|a| a.video()).unwrap().clone()
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// The master playlist and every playlist it names, as Python's `m3u8` reads them.
-fn hls(master: &Path) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/streaming/hls.py");
-    serde_json::from_str(&run(Command::new("python3").arg(script).arg(master))).unwrap()
-}
-
-/// `ffprobe -show_format` duration of a file, in seconds.
-fn duration(path: &Path) -> f64 {
-    let d = run(Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-show_entries",
-            "format=duration",
-            "-of",
-            "csv=p=0",
-        ])
-        .arg(path));
-    d.trim().parse().unwrap()
-}
-
-/// A segment as a player gets it: its init segment, then it.
-fn playable(dir: &Path, init: &str, segment: &str, scratch: &Path) -> PathBuf {
-    let mut bytes = std::fs::read(dir.join(init)).unwrap();
-    bytes.extend(std::fs::read(dir.join(segment)).unwrap());
-    let path = scratch.join(segment.replace('/', "_"));
-    std::fs::write(&path, bytes).unwrap();
-    path
-}
-
-/// Decodes every frame with ffmpeg; the frames' count.
-fn decodes(path: &Path) -> u64 {
-    let out = Command::new("ffmpeg")
-        .args(["-v", "error", "-xerror", "-i"])
-        .arg(path)
-        .args(["-f", "null", "-"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success() && out.stderr.is_empty(),
-        "{}: {}",
-        path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let n = run(Command::new("ffprobe")
-        .args(["-v", "error", "-count_frames", "-select_streams", "0"])
-        .args(["-show_entries", "stream=nb_read_frames", "-of", "csv=p=0"])
-        .arg(path));
-    n.trim().parse().unwrap()
-}
-
-/// The first video packet of a playable segment: its presentation time and whether it is a
-/// keyframe.
-fn first_packet(path: &Path) -> (f64, bool) {
-    let csv = run(Command::new("ffprobe")
-        .args([
-            "-v",
-            "error",
-            "-select_streams",
-            "v:0",
-            "-read_intervals",
-            "%+#1",
-        ])
-        .args(["-show_entries", "packet=pts_time,flags", "-of", "csv=p=0"])
-        .arg(path));
-    let line = csv.lines().next().expect("a packet");
-    let (pts, flags) = line.split_once(',').unwrap();
-    (pts.parse().unwrap(), flags.starts_with('K'))
 }
 
 /// SSIM (luma) of two pictures, the second scaled to the first's size.

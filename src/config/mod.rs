@@ -197,6 +197,7 @@ impl Settings {
             hint,
             resume: Vec::new(),
             resumed_tracks: Vec::new(),
+            part: Default::default(),
         }
     }
 

@@ -254,6 +254,7 @@ fn the_text_keys_are_read_from_the_settings_types() {
         "kafka.group_id",
         "kafka.group_instance_id",
         "kafka.progress_topic",
+        "kafka.unit_topic",
         "kafka.group_protocol",
         "worker.tmp_dir",
         "worker.isolation",

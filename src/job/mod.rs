@@ -7,7 +7,9 @@
 pub mod response;
 mod runner;
 mod services;
+mod units;
 
 pub use response::{Failure, Partial};
-pub use runner::JobRunner;
+pub use runner::{Answer, JobRunner};
 pub use services::{Services, executor, services, worker_info};
+pub use units::As;

@@ -23,6 +23,9 @@ pub struct Done {
     pub replayed: bool,
     /// Replayed with the source gone (see `manifest::lookup_without_source`).
     pub source_missing: bool,
+    /// Not answered here: a long video's plan handed on to its units, or a unit recorded
+    /// (see `crate::units`).
+    pub handed_off: bool,
 }
 
 /// What a failed attempt had learnt before it failed.
@@ -89,6 +92,7 @@ pub fn for_request(
             produced,
             replayed,
             source_missing,
+            ..
         }) => {
             r.success = true;
             r.status = if produced.warnings.is_empty() {

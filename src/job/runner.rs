@@ -8,7 +8,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::contract::{
-    Analysis, ErrorCode, MediaType, OptimizeRequest, OptimizeResponse, ScanVerdict, Stage,
+    Analysis, ErrorCode, MediaType, OptimizeRequest, OptimizeResponse, ScanVerdict, SourceInfo,
+    Stage,
 };
 use crate::error::JobError;
 use crate::media::{Event, MediaError};
@@ -24,6 +25,8 @@ use crate::storage::{Head, StorageError};
 
 use super::response::{self, Done, Ending, Failure, Partial};
 use super::services::Services;
+use super::units::{As, Handing};
+use crate::media::part::Part;
 
 #[derive(Clone)]
 pub struct JobRunner {
@@ -37,6 +40,16 @@ pub struct JobRunner {
     /// Whether a job out of attempts while the pod is sick is held until it is well (Kafka:
     /// the message waits, uncommitted) rather than answered (the API: its client retries).
     hold_when_sick: bool,
+    /// Where a long video's units go (`kafka.unit_topic`): without it, a long video's units
+    /// are encoded by the job that took it, one after another.
+    dispatch: Option<Arc<dyn crate::units::Dispatch>>,
+}
+
+/// What a job ended with.
+pub enum Answer {
+    Respond(Box<OptimizeResponse>),
+    /// Nothing to publish: handed on (see `crate::units`).
+    HandedOff,
 }
 
 impl JobRunner {
@@ -55,7 +68,14 @@ impl JobRunner {
             media: svc.media.clone(),
             svc,
             hold_when_sick: true,
+            dispatch: None,
         }
+    }
+
+    /// Long videos spread as units through `dispatch` (see `crate::units`).
+    pub fn with_dispatch(mut self, dispatch: Arc<dyn crate::units::Dispatch>) -> JobRunner {
+        self.dispatch = Some(dispatch);
+        self
     }
 
     /// The job API's runner: permits and media executor of its own (its jobs never take the
@@ -72,11 +92,16 @@ impl JobRunner {
             media,
             svc,
             hold_when_sick: false,
+            dispatch: None,
         }
     }
 
     pub fn services(&self) -> &Services {
         &self.svc
+    }
+
+    pub(super) fn dispatch(&self) -> Option<&Arc<dyn crate::units::Dispatch>> {
+        self.dispatch.as_ref()
     }
 
     /// A token for [`JobRunner::run_until`]: cancelled by the caller, or when jobs are
@@ -108,12 +133,35 @@ impl JobRunner {
             "media.process_job_with_retry",
             job.retry_count = tracing::field::Empty
         );
-        let r = self
-            .run_attempts(req, job, &cancel)
+        let r = match self
+            .run_attempts(req, job, &cancel, &As::Request)
             .instrument(span.clone())
-            .await;
+            .await
+        {
+            Answer::Respond(r) => *r,
+            // Only a runner with a dispatch hands a request on.
+            Answer::HandedOff => unreachable!("the API's runner never hands a job on"),
+        };
         span.record("job.retry_count", i64::from(r.attempts.saturating_sub(1)));
         r
+    }
+
+    /// A Kafka request, or a unit task (`role`): its response, or nothing when it was handed
+    /// on (see `crate::units`).
+    pub async fn run_as(&self, req: &OptimizeRequest, job: &JobHandle, role: &As) -> Answer {
+        let span = tracing::info_span!(
+            "media.process_job_with_retry",
+            job.retry_count = tracing::field::Empty
+        );
+        let cancel = self.shutdown.job();
+        let a = self
+            .run_attempts(req, job, &cancel, role)
+            .instrument(span.clone())
+            .await;
+        if let Answer::Respond(r) = &a {
+            span.record("job.retry_count", i64::from(r.attempts.saturating_sub(1)));
+        }
+        a
     }
 
     async fn run_attempts(
@@ -121,7 +169,8 @@ impl JobRunner {
         req: &OptimizeRequest,
         job: &JobHandle,
         cancel: &CancellationToken,
-    ) -> OptimizeResponse {
+        role: &As,
+    ) -> Answer {
         let started = Instant::now();
         // A redelivered or repeated request whose result is stored: replayed from the manifest.
         job.stage(Stage::Download);
@@ -138,7 +187,9 @@ impl JobRunner {
         let source_missing = matches!(head, Err(StorageError::NotFound { .. }));
         let head = head.ok();
         let etag = head.as_ref().and_then(|h| h.etag.as_deref());
-        let stored = if source_missing {
+        let stored = if matches!(role, As::Unit { .. }) {
+            None
+        } else if source_missing {
             manifest::lookup_without_source(&*svc.storage, bucket, req).await
         } else {
             manifest::lookup(&*svc.storage, bucket, &fingerprint, req, etag).await
@@ -147,10 +198,12 @@ impl JobRunner {
             produced: m.replay(req),
             replayed: true,
             source_missing,
+            handed_off: false,
         }) {
             svc.metrics.replays.inc();
             tracing::info!(job = job.id(), source_missing, "replayed from the manifest");
-            return response::for_request(&svc.worker, req, Ending::Done(done), 1, started);
+            let r = response::for_request(&svc.worker, req, Ending::Done(done), 1, started);
+            return Answer::Respond(Box::new(r));
         }
         let settings = &svc.settings;
         let max_attempts = settings.worker.retry_count + 1;
@@ -164,7 +217,7 @@ impl JobRunner {
             job.attempt(attempt);
             let span = tracing::info_span!("media.process_job", job.attempt = attempt);
             let result = self
-                .attempt(req, job, &cancel.child_token(), head.as_ref(), needs)
+                .attempt(req, job, &cancel.child_token(), head.as_ref(), needs, role)
                 .instrument(span)
                 .await;
             if let Err((f, _)) = &result
@@ -173,6 +226,7 @@ impl JobRunner {
                 needs = needed;
             }
             match result {
+                Ok(done) if done.handed_off => return Answer::HandedOff,
                 Ok(done) => break Ending::Done(done),
                 // Nobody waits for the answer any more.
                 Err((failure, partial)) if cancel.is_cancelled() => {
@@ -210,7 +264,13 @@ impl JobRunner {
                 }
             }
         };
-        response::for_request(&svc.worker, req, ending, attempt, started)
+        Answer::Respond(Box::new(response::for_request(
+            &svc.worker,
+            req,
+            ending,
+            attempt,
+            started,
+        )))
     }
 
     /// Waits while the pod cannot take work (`Health::intake_blocker`); false when it is well
@@ -252,6 +312,7 @@ impl JobRunner {
         cancel: &CancellationToken,
         head: Option<&Head>,
         needs: u64,
+        role: &As,
     ) -> Result<Done, (Failure, Partial)> {
         let svc = &self.svc;
         let (_reservation, need) = self
@@ -260,7 +321,7 @@ impl JobRunner {
             .map_err(|f| (f, Partial::default()))?;
         let scratch = ScratchDir::create(&svc.settings.worker.tmp_dir, job.id())
             .map_err(|e| (Failure::at(Stage::Download)(e), Partial::default()))?;
-        let r = self.attempt_in(req, job, cancel, &scratch).await;
+        let r = self.attempt_in(req, job, cancel, &scratch, role).await;
         r.map_err(|(f, partial)| (self.by_pod_state(f, &scratch, need), partial))
     }
 
@@ -410,8 +471,12 @@ impl JobRunner {
         job: &JobHandle,
         cancel: &CancellationToken,
         scratch: &ScratchDir,
+        role: &As,
     ) -> Result<Done, (Failure, Partial)> {
         let svc = &self.svc;
+        if let As::Stitch { .. } = role {
+            return self.stitch_in(req, job, cancel, scratch, role).await;
+        }
 
         let source_path = scratch.source();
         let download = download::run(
@@ -429,12 +494,23 @@ impl JobRunner {
             source: Some(source.clone()),
             scan: scan.clone(),
         };
+        // A unit encodes the version its plan was made of, or nothing.
+        if let As::Unit { record, .. } = role
+            && source.etag.as_deref() != Some(record.source_etag.as_str())
+        {
+            let error = JobError::SourceChanged {
+                planned: record.source_etag.clone(),
+                now: source.etag.clone().unwrap_or_default(),
+            };
+            return Err((Failure::at(Stage::Download)(error), partial(&None)));
+        }
 
         // Scan → nothing decodes a source that clamd has not passed.
         let profile = manifest::profile_of(req);
         // What the resume record and the manifest are kept for: this profile's settings.
         let fingerprint = manifest::fingerprint(&svc.settings, profile);
-        let scan = if svc.settings.profiles[profile].scan {
+        // A unit's source was scanned when its request was.
+        let scan = if svc.settings.profiles[profile].scan && matches!(role, As::Request) {
             let scanning = self.timed(job, Stage::Scan, req.media_type, self.scan(scratch));
             let verdict = or_cancelled(cancel, Stage::Scan, scanning)
                 .await
@@ -451,22 +527,77 @@ impl JobRunner {
         // probe → analyze → transform: native code behind the one narrow function
         // `media::process`, in a sandbox child (or inline, see `sandbox::Executor`).
         // A video resumes what an earlier attempt uploaded (see `stages::resume`).
-        let landed = resume::find(
-            &*svc.storage,
-            &svc.settings.storage.output_bucket,
-            req,
-            &scratch.source(),
-            source.etag.as_deref(),
-            fingerprint.clone(),
-        )
-        .await;
+        let landed = match role {
+            As::Request => {
+                resume::find(
+                    &*svc.storage,
+                    &svc.settings.storage.output_bucket,
+                    req,
+                    &scratch.source(),
+                    source.etag.as_deref(),
+                    fingerprint.clone(),
+                )
+                .await
+            }
+            _ => None,
+        };
         let mut media_job = svc.settings.media_job(profile, req.media_type);
+        media_job.part = match role {
+            As::Request if self.dispatch.is_some() => Part::Plan,
+            As::Unit { unit, .. } => Part::Unit(*unit),
+            _ => Part::Whole,
+        };
         if let Some(l) = landed.as_ref().filter(|l| !l.is_empty()) {
             media_job.resume = l.heights();
             media_job.resumed_tracks = l.tracks.clone();
             tracing::info!(job = job.id(), renditions = ?media_job.resume,
                 "renditions uploaded by an earlier attempt are not made again");
         }
+        let mut media = self
+            .native(job, media_job, scratch, cancel)
+            .await
+            .map_err(|f| (f, partial(&scan)))?;
+
+        if let As::Unit { plan, unit, .. } = role {
+            return self.land_unit(plan, *unit, media, scratch.path()).await;
+        }
+        if let (Some(units), Some(dispatch)) = (media.plan.take(), &self.dispatch) {
+            let handing = Handing {
+                req,
+                source: &source,
+                fingerprint: &fingerprint,
+                units,
+            };
+            return self
+                .hand_off(handing, media, dispatch, scratch.path())
+                .await;
+        }
+        if let Some(verdict) = scan.clone() {
+            media.analysis = Some(Analysis::with_scan(media.analysis.take(), verdict));
+        }
+        let finished = self.finish(
+            req,
+            job,
+            cancel,
+            &source,
+            fingerprint,
+            media,
+            landed,
+            scratch,
+        );
+        finished.await.map_err(|f| (f, partial(&scan)))
+    }
+
+    /// The native work of `media_job` in `scratch` (probe → analyze → transform, behind the one
+    /// narrow function `media::process`, in a sandbox child or inline: see `sandbox::Executor`).
+    pub(super) async fn native(
+        &self,
+        job: &JobHandle,
+        media_job: crate::media::MediaJob,
+        scratch: &ScratchDir,
+        cancel: &CancellationToken,
+    ) -> Result<crate::media::MediaOutput, Failure> {
+        let svc = &self.svc;
         // MEDIA_TIMEOUT_SECS, or what the media code announces once it knows (a video's limit
         // follows its duration).
         let limit = Duration::from_secs(svc.settings.worker.media_timeout_secs);
@@ -484,19 +615,30 @@ impl JobRunner {
         let hold = (permit, svc.metrics.busy_permit());
         let clock = StageClock::new(job.clone(), svc.metrics.clone());
         let on_event = Box::new(move |e| clock.on(e));
-        let media = self
-            .media
+        self.media
             .run(work, cancel.clone(), on_event, hold)
             .await
-            .map_err(|f| (f.into(), partial(&scan)))?;
+            .map_err(|f| f.into::<JobError>())
+    }
 
-        // The outputs, then the manifest, last: its presence means they all exist.
+    /// The outputs, then the manifest, last: its presence means they all exist.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn finish(
+        &self,
+        req: &OptimizeRequest,
+        job: &JobHandle,
+        cancel: &CancellationToken,
+        source: &SourceInfo,
+        fingerprint: String,
+        media: crate::media::MediaOutput,
+        landed: Option<resume::Landed>,
+        scratch: &ScratchDir,
+    ) -> Result<Done, Failure> {
+        let svc = &self.svc;
+        let profile = manifest::profile_of(req);
         let media_type = media.media_type;
-        let (files, mut analysis, warnings) = (media.files, media.analysis, media.warnings);
+        let (files, analysis, warnings) = (media.files, media.analysis, media.warnings);
         let tracks = media.tracks;
-        if let Some(verdict) = scan.clone() {
-            analysis = Some(Analysis::with_scan(analysis, verdict));
-        }
         let (src, scratch_path) = (source.clone(), scratch.path().to_owned());
         let upload = self.timed(job, Stage::Upload, Some(media_type), async move {
             let to = upload::Destination {
@@ -522,11 +664,10 @@ impl JobRunner {
                 produced,
                 replayed: false,
                 source_missing: false,
+                handed_off: false,
             })
         });
-        or_cancelled(cancel, Stage::Upload, upload)
-            .await
-            .map_err(|f| (f, partial(&scan)))
+        or_cancelled(cancel, Stage::Upload, upload).await
     }
 
     /// The scan stage: the downloaded source through clamd.

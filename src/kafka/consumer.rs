@@ -443,7 +443,9 @@ impl KafkaSource {
         let mut consumer: BaseConsumer<SourceContext> =
             super::client::consumer_config(settings).create_with_context(context)?;
         consumer.set_nonempty_callback(waker(&cmd_tx));
-        consumer.subscribe(&[settings.request_topic.as_str()])?;
+        let mut topics = vec![settings.request_topic.as_str()];
+        topics.extend(settings.unit_topic());
+        consumer.subscribe(&topics)?;
         let cmd_wake = cmd_tx.clone();
         let cfg = LoopConfig {
             max_in_flight: max_in_flight.max(1),

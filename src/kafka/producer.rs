@@ -414,3 +414,33 @@ impl BestEffort {
         }
     }
 }
+
+/// Unit tasks (see `crate::units`): each acknowledged by the broker before `send` returns,
+/// with the responses' durability (idempotent, all replicas).
+pub struct TaskSender {
+    producer: FutureProducer,
+    topic: String,
+}
+
+impl TaskSender {
+    pub fn new(settings: &KafkaSettings, topic: &str) -> KafkaResult<TaskSender> {
+        Ok(TaskSender {
+            producer: super::client::producer_config(settings).create()?,
+            topic: topic.to_owned(),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::units::Dispatch for TaskSender {
+    async fn send(&self, task: &crate::units::Task) -> Result<(), String> {
+        let payload = serde_json::to_vec(task).expect("tasks serialise");
+        let key = task.key();
+        let record = FutureRecord::to(&self.topic).key(&key).payload(&payload);
+        self.producer
+            .send(record, Timeout::After(Duration::from_secs(30)))
+            .await
+            .map(|_| ())
+            .map_err(|(e, _)| e.to_string())
+    }
+}

@@ -39,6 +39,10 @@ pub struct KafkaSettings {
     /// Where long jobs publish progress events (unset or empty: none are published).
     #[serde(default)]
     pub progress_topic: Option<String>,
+    /// Where long videos' units go, consumed by the same group (unset or empty: a long video's
+    /// units are encoded one after another by the worker that took it; see `crate::units`).
+    #[serde(default)]
+    pub unit_topic: Option<String>,
     /// A job publishes progress once it has run this long (short jobs publish none)...
     pub progress_delay_secs: u64,
     /// ...then whenever it has advanced by this fraction of the job...
@@ -94,6 +98,11 @@ impl KafkaSettings {
     /// The progress topic, when progress events are on (`KAFKA_PROGRESS_TOPIC` set, not empty).
     pub fn progress_topic(&self) -> Option<&str> {
         self.progress_topic.as_deref().filter(|t| !t.is_empty())
+    }
+
+    /// The unit topic, when long videos are spread over the fleet (`KAFKA_UNIT_TOPIC`).
+    pub fn unit_topic(&self) -> Option<&str> {
+        self.unit_topic.as_deref().filter(|t| !t.is_empty())
     }
 }
 

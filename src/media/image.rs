@@ -90,6 +90,7 @@ pub(crate) fn run(
         analysis: analysis.map(Analysis::Image),
         warnings,
         tracks: Vec::new(),
+        plan: None,
     })
 }
 
@@ -121,6 +122,7 @@ pub(crate) fn outputs(
         analysis: None,
         warnings: transformed.warnings,
         tracks: Vec::new(),
+        plan: None,
     })
 }
 

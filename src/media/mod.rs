@@ -12,6 +12,7 @@ pub mod error;
 mod gif;
 pub mod image;
 pub mod output;
+pub mod part;
 pub mod probe;
 pub mod quality;
 pub mod rights;
@@ -50,6 +51,11 @@ pub fn process(
     out_dir: &Path,
     ctl: &mut Control,
 ) -> Result<MediaOutput, MediaFailure> {
+    if let part::Part::Stitch(stitch) = &job.part {
+        // Made of the units' pieces: there is no source to read.
+        ctl.emit(Event::Detected(MediaType::Video));
+        return video::units::stitch_part(job, stitch, out_dir, ctl);
+    }
     ctl.emit(Event::Stage(Stage::Probe));
     let unsupported = |m: &str| Err(at(Stage::Probe)(MediaError::Unsupported(m.into())));
     match sniff::sniff_file(input).map_err(|e| at(Stage::Probe)(e.into()))? {

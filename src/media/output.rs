@@ -43,6 +43,9 @@ pub enum FileFormat {
     /// A DASH MPD.
     Dash,
     WebVtt,
+    /// A picture a unit of a long video keeps for the stitch (a storyboard tile, a poster
+    /// candidate): stored beside its plan, never an output.
+    Piece,
 }
 
 impl FileFormat {
@@ -54,6 +57,7 @@ impl FileFormat {
             Self::Hls(_) => "hls",
             Self::Dash => "dash",
             Self::WebVtt => "vtt",
+            Self::Piece => "png",
         }
     }
     pub fn content_type(self) -> &'static str {
@@ -64,6 +68,7 @@ impl FileFormat {
             Self::Hls(_) => "application/vnd.apple.mpegurl",
             Self::Dash => "application/dash+xml",
             Self::WebVtt => "text/vtt",
+            Self::Piece => "image/png",
         }
     }
 }
@@ -77,6 +82,10 @@ pub struct MediaOutput {
     /// The video tracks of a stream made by this run, as the resume record keeps them.
     #[serde(default)]
     pub tracks: Vec<Track>,
+    /// A video planned as units (`Part::Plan`): the units to encode. The `tracks` then hold
+    /// the audio's, the files its pieces.
+    #[serde(default)]
+    pub plan: Option<Vec<crate::media::part::Unit>>,
 }
 
 /// What a produced file is for (the response's `role`).

@@ -26,6 +26,9 @@ pub struct MediaJob {
     /// The streams of those rungs, as the playlists list them (a streaming profile).
     #[serde(default)]
     pub resumed_tracks: Vec<crate::media::track::Track>,
+    /// The part of a long video's work this job is (see `video::units`).
+    #[serde(default)]
+    pub part: crate::media::part::Part,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -124,6 +127,14 @@ pub struct Profile {
     /// multiple of it, so a player can switch rungs at any segment.
     #[serde(default = "default_segment_secs")]
     pub segment_secs: u32,
+    /// A streaming profile's video longer than this is encoded as units of `unit_segments`
+    /// segments (`media::video::units`), each a job of its own spread over the fleet; shorter
+    /// ones in one run.
+    #[serde(default = "default_units_after_secs")]
+    pub units_after_secs: u32,
+    /// Segments per unit of a long video.
+    #[serde(default = "default_unit_segments")]
+    pub unit_segments: u32,
     /// Trick-play images of the ladder's run: a sprite sheet and a WebVTT file pointing into it.
     #[serde(default)]
     pub storyboard: Option<StoryboardSpec>,
@@ -247,6 +258,14 @@ fn yes() -> bool {
 
 fn default_segment_secs() -> u32 {
     4
+}
+
+fn default_units_after_secs() -> u32 {
+    120
+}
+
+fn default_unit_segments() -> u32 {
+    2
 }
 
 /// Source metadata a profile may keep.
@@ -500,6 +519,11 @@ impl Section for Profile {
             "segment_secs",
             "need 1 to 30 s",
         )?;
+        ensure(
+            (1..=75).contains(&self.unit_segments),
+            "unit_segments",
+            "need 1 to 75 segments",
+        )?;
         if let Some(s) = &self.storyboard {
             ensure(
                 s.interval_secs >= 0.5
@@ -553,6 +577,7 @@ pub(crate) mod defaults {
             hint: None,
             resume: Vec::new(),
             resumed_tracks: Vec::new(),
+            part: Default::default(),
         }
     }
 }

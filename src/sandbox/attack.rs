@@ -232,5 +232,6 @@ fn forged_output(path: PathBuf) -> MediaOutput {
         analysis: None,
         warnings: Vec::new(),
         tracks: Vec::new(),
+        plan: None,
     }
 }

@@ -148,6 +148,7 @@ mod tests {
             analysis: None,
             warnings: Vec::new(),
             tracks: Vec::new(),
+            plan: None,
         };
         let secret = dir.path().join("secret");
         std::fs::write(&secret, "secret").unwrap();

@@ -82,6 +82,11 @@ pub fn fingerprint(settings: &Settings, profile: &str) -> String {
         settings.video,
         settings.limits,
     );
+    fnv1a(&text)
+}
+
+/// FNV-1a of `text`, in hex: a stable name.
+pub fn fnv1a(text: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {
         h ^= b as u64;

@@ -76,4 +76,8 @@ pub trait Storage: Send + Sync {
 
     /// Whether `bucket` is reachable and exists (the readiness probe).
     async fn check(&self, bucket: &str) -> Result<(), StorageError>;
+
+    /// The keys in `bucket` under `prefix`, in no particular order (a long video's landed
+    /// units: see `crate::units`).
+    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>, StorageError>;
 }

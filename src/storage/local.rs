@@ -120,6 +120,35 @@ impl Storage for LocalStorage {
         })
     }
 
+    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>, StorageError> {
+        let root = self.resolve(bucket, "probe")?;
+        let root = root.parent().expect("bucket dir").to_owned();
+        // The folder the prefix names (up to its last `/`), walked.
+        let dir = match prefix.rfind('/') {
+            Some(i) => root.join(&prefix[..i]),
+            None => root.clone(),
+        };
+        let mut keys = Vec::new();
+        let mut stack = vec![dir];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let path = e.path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if let Ok(rel) = path.strip_prefix(&root) {
+                    let key = rel.to_string_lossy().into_owned();
+                    if key.starts_with(prefix) {
+                        keys.push(key);
+                    }
+                }
+            }
+        }
+        Ok(keys)
+    }
+
     async fn head(&self, src: &SourceRef) -> Result<Head, StorageError> {
         let meta = self.object(src, u64::MAX).await?.1;
         Ok(Head {

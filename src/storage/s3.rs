@@ -283,6 +283,26 @@ impl Storage for S3Storage {
             .map_err(|e| classify_write(e, bucket, ""))
     }
 
+    async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>, StorageError> {
+        let mut keys = Vec::new();
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| classify_write(e, bucket, prefix))?;
+            keys.extend(
+                page.contents()
+                    .iter()
+                    .filter_map(|o| o.key().map(str::to_owned)),
+            );
+        }
+        Ok(keys)
+    }
+
     async fn download(
         &self,
         src: &SourceRef,

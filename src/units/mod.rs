@@ -1,35 +1,64 @@
-//! Long videos as units of work (issue 45): a video past a duration threshold is planned as
-//! units of consecutive whole segments, each unit a short media job over a time range, spread
-//! over the fleet and stitched into the outputs a one-run encode makes. Only the plan exists
-//! so far ([`plan`]); nothing calls it yet, and the one-run ladder (`media::video`) is what
-//! every video takes.
+//! A long video through the whole fleet: a plan of units, each unit a short job of its own on
+//! any worker, and one stitch. The media side (what a plan, a unit and the stitch make) is
+//! `media::video::units`; this room is the protocol, which rides on storage records and a Kafka
+//! topic of its own (`kafka.unit_topic`), consumed by the same workers in the same group.
 //!
-//! The protocol this room is for (a design, not yet built):
+//! 1. **Plan.** The worker that takes a request for a video longer than the profile's
+//!    `units_after_secs` runs its media job as `Part::Plan`: probe, plan, loudness over the
+//!    whole program and the audio, encoded once. It stores the audio's pieces and the plan
+//!    ([`store`], under a key derived from the source version and the profile's fingerprint),
+//!    then sends one task per unit that has no record yet to the unit topic, keyed
+//!    `{plan_id}/{index}` so that a video's units spread over the partitions. Then its request
+//!    is done: its offset commits with no response yet. The plan and the tasks are durable
+//!    before that commit, so a crash before it redelivers the request, which finds the same
+//!    plan and re-issues only the units without a record.
+//! 2. **Units.** A unit task is a job like any other (a pool permit, the sandbox, retries, held
+//!    while the pod is sick): it downloads the source, checks that it is still the planned
+//!    version, encodes its range (`Part::Unit`), stores its pieces, then its record. A unit
+//!    with a record is never encoded again, on any worker. A unit that fails for good records
+//!    the failure, and the units after it are no longer encoded.
+//! 3. **Stitch.** The worker that records a plan's last missing unit (or a failure) sends the
+//!    stitch task, keyed by the plan. The stitch reads the records, downloads the pieces, makes
+//!    every output (`Part::Stitch`: playlists, MPD, MP4s assembled without encoding, storyboard,
+//!    poster), uploads them under the keys a one-run encode uses, writes the manifest and
+//!    publishes the request's one response; then it marks the plan answered, so a second
+//!    stitch task (two last units recorded at once) publishes nothing.
 //!
-//! - **Plan.** The worker that takes a request probes the source's frame timestamps (ffprobe,
-//!   presentation order) and cuts them with [`plan::plan`] on the segment grid of the profile's
-//!   `segment_secs`, `segments_per_unit` segments a unit (tests/streaming.rs checks that such
-//!   a plan, one segment a unit, is where today's one run cuts a constant-rate source). A
-//!   stream's rungs are brought to a constant rate before the cut (`transcode::Streaming`), so
-//!   for a variable-rate source the frames to plan are those of the constant-rate timeline,
-//!   not the source's. The plan depends on the source version (ETag), the profile fingerprint
-//!   and the encoder build only, and is stored under a key derived from them
-//!   (`{user_id}/videos/{media_id}/units/{plan_id}/plan.json`), so a redelivered request finds
-//!   the same plan and the same landed units.
-//! - **Units.** A unit decodes its range and encodes every rung with an IDR and a closed GOP on
-//!   its first frame and exactly its frames, cut into segments carrying their global numbers
-//!   (`Unit::first_segment`), the keys a one-run encode would write; then it writes its record
-//!   (`units/{plan_id}/{index}.json`, the segments' measured durations and sizes) after its
-//!   outputs have landed. A unit whose record exists is never encoded again, on any worker.
-//!   Unit tasks ride a topic of their own, keyed by `{plan_id}/{index}` so that one video's
-//!   units spread over the partitions, consumed by the same group.
-//! - **Who waits.** Nobody holds a CPU permit while waiting: the request's job ends once the
-//!   plan and its unit tasks are durably produced (its offset then commits, so a crash does not
-//!   redo the partition behind it), and the worker that lands a plan's last missing unit does
-//!   the stitch (playlists, MPD, MP4s assembled from the units, storyboard) and publishes the
-//!   one response. A unit task lost or stuck is found by the plan's deadline and re-issued.
-//!   Still open: exactly one response when two workers land the last units at once (a
-//!   conditional create of a `done` marker before publishing), and audio, loudness and the
-//!   poster once for the whole video (a unit of their own).
+//! **Who waits: nobody.** No task waits for another: the request ends once its units are
+//! sent, a unit once it is recorded, and the stitch only starts when every record is there.
+//! So no permit and no place in `MAX_IN_FLIGHT` is held by waiting, and no offset is held
+//! for the length of a video (a crash redoes one unit, not the partition behind a long job).
+//! Nothing is lost: every task is a Kafka record acknowledged only after its record (or its
+//! response) is stored, so a worker that dies mid-unit has the task redelivered to another.
+//! A unit stuck in native code is killed at its time limit and retried like any job.
 
-pub mod plan;
+pub mod store;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+pub use store::PlanRef;
+
+/// A record on the unit topic: one unit of a plan, or its stitch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    pub plan: PlanRef,
+    /// The unit's index; none for the stitch.
+    pub unit: Option<u32>,
+}
+
+impl Task {
+    /// `{plan_id}/{index}`: one video's units over many partitions; the stitch `{plan_id}`.
+    pub fn key(&self) -> String {
+        match self.unit {
+            Some(i) => format!("{}/{i}", self.plan.id()),
+            None => self.plan.id().to_owned(),
+        }
+    }
+}
+
+/// Sends tasks to the unit topic, each durably (acknowledged by the broker) before it returns.
+#[async_trait]
+pub trait Dispatch: Send + Sync {
+    async fn send(&self, task: &Task) -> Result<(), String>;
+}

@@ -59,8 +59,13 @@ impl Intake {
             health.clone(),
         )?);
         let progress = Progress::new(&settings.kafka, svc.metrics.clone(), svc.worker.clone())?;
+        let mut runner = JobRunner::new(svc.clone(), shutdown.clone());
+        if let Some(topic) = settings.kafka.unit_topic() {
+            let sender = crate::kafka::producer::TaskSender::new(&settings.kafka, topic)?;
+            runner = runner.with_dispatch(Arc::new(sender));
+        }
         let ctx = Arc::new(Ctx {
-            runner: JobRunner::new(svc.clone(), shutdown.clone()),
+            runner,
             publisher,
             acker,
             shutdown: shutdown.clone(),

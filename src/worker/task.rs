@@ -7,11 +7,12 @@ use std::time::Instant;
 use tracing::Instrument;
 
 use crate::contract::{OptimizeResponse, Stage};
-use crate::job::{JobRunner, response};
+use crate::job::{Answer, As, JobRunner, response};
 use crate::kafka::{Acker, Delivery, Publisher};
 use crate::shutdown::Shutdown;
 use crate::stages::{publish, validate};
 use crate::telemetry::{self, Origin, traces};
+use crate::units::Task;
 
 use super::progress::{Follower, Progress};
 
@@ -54,6 +55,9 @@ pub(super) async fn handle(d: Delivery, ctx: Arc<Ctx>) {
 
 async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
     let svc = ctx.runner.services();
+    if svc.settings.kafka.unit_topic() == Some(d.topic.as_str()) {
+        return unit_task(d, ctx).await;
+    }
     let started = Instant::now();
     let (response, job) = match validate::parse(d.payload.as_deref(), &svc.settings) {
         Ok(req) => {
@@ -64,15 +68,19 @@ async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
                 .as_ref()
                 .map(|p| Follower::start(p, &req, &job));
             let r = tokio::select! {
-                r = ctx.runner.run(&req, &job) => Some(r),
+                r = ctx.runner.run_as(&req, &job, &As::Request) => Some(r),
                 _ = ctx.shutdown.abandoned() => None,
             };
             // Every progress event is out before the response.
             if let Some(p) = progress {
                 p.finish().await;
             }
-            let Some(r) = r else { return };
-            (r, Some(job))
+            match r {
+                None => return,
+                // A long video's plan went to its units: the stitch answers (`crate::units`).
+                Some(Answer::HandedOff) => return ctx.acker.finished(d.token),
+                Some(Answer::Respond(r)) => (*r, Some(job)),
+            }
         }
         Err(invalid) => {
             tracing::warn!(partition = d.partition, offset = d.offset, reason = %invalid.reason, "invalid request");
@@ -95,6 +103,52 @@ async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
     let give_up = ctx.shutdown.job();
     match publish::run(&ctx.publisher, &svc.metrics, topic, &response, &d, &give_up).await {
         Ok(()) => ctx.acker.finished(d.token),
+        Err(e) => tracing::error!(error = %e, partition = d.partition, offset = d.offset,
+            "response not published; offset held for redelivery"),
+    }
+}
+
+/// A record of the unit topic (see `crate::units`): a unit, acked once recorded; or the
+/// stitch, acked once its response is published and the plan marked answered.
+async fn unit_task(d: Delivery, ctx: Arc<Ctx>) {
+    let svc = ctx.runner.services();
+    let task: Task = match d.payload.as_deref().map(serde_json::from_slice) {
+        Some(Ok(t)) => t,
+        _ => {
+            tracing::warn!(
+                partition = d.partition,
+                offset = d.offset,
+                "not a unit task: skipped"
+            );
+            return ctx.acker.finished(d.token);
+        }
+    };
+    let label = task.key();
+    let job = svc.registry.start(&label, task.plan.id());
+    let r = tokio::select! {
+        r = ctx.runner.run_task(&task, &job) => r,
+        _ = ctx.shutdown.abandoned() => return,
+    };
+    let Some(response) = r else {
+        return ctx.acker.finished(d.token);
+    };
+    let started = Instant::now();
+    svc.metrics.observe_response(&response, started.elapsed());
+    telemetry::job_finished(
+        &response,
+        Origin::Kafka {
+            partition: d.partition,
+            offset: d.offset,
+        },
+    );
+    job.stage(Stage::Publish);
+    let topic = &svc.settings.kafka.response_topic;
+    let give_up = ctx.shutdown.job();
+    match publish::run(&ctx.publisher, &svc.metrics, topic, &response, &d, &give_up).await {
+        Ok(()) => {
+            ctx.runner.mark_answered(&task.plan).await;
+            ctx.acker.finished(d.token)
+        }
         Err(e) => tracing::error!(error = %e, partition = d.partition, offset = d.offset,
             "response not published; offset held for redelivery"),
     }

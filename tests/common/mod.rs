@@ -18,6 +18,7 @@ pub mod http;
 pub mod lines;
 pub mod stack;
 pub mod storage;
+pub mod stream;
 pub mod worker;
 
 #[allow(unused_imports)]

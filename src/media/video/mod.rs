@@ -8,10 +8,12 @@
 mod child;
 pub mod ffprobe;
 pub mod loudness;
+pub mod plan;
 pub mod poster;
 pub mod storyboard;
 pub mod stream;
 pub mod transcode;
+pub mod units;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -23,6 +25,7 @@ pub use child::{exits_within, kill_all};
 use super::control::{Control, Event};
 use super::error::{MediaError, MediaFailure, at};
 use super::output::{FileFormat, MediaOutput, ProducedFile, Role, Track, TrackId, names};
+use super::part::Part;
 use super::settings::{MediaJob, Rendition};
 use super::sniff::Container;
 use crate::contract::{Analysis, MediaType, Stage, VideoAnalysis, Warning, WarningCode};
@@ -88,6 +91,16 @@ fn run(
     let probe = ffprobe::run(&job.video, input, container, &log, &ctl.cancel)
         .and_then(|p| ffprobe::check(&p, &job.limits).map(|_| p))
         .map_err(at(Stage::Probe))?;
+    // A long video: its units here one after another, or the part of it this job is.
+    let planned = units::plan(job, &probe);
+    match (&job.part, planned) {
+        (Part::Unit(unit), _) => return units::unit_part(job, &probe, input, out_dir, unit, ctl),
+        (Part::Plan, Some(plan)) => {
+            return units::plan_part(job, &probe, input, out_dir, plan, ctl);
+        }
+        (_, Some(plan)) => return units::run(job, &probe, input, out_dir, &plan, ctl),
+        (_, None) => {}
+    }
     // The rungs an earlier attempt uploaded are not made again (the caller adds their outputs).
     let rungs: Vec<Rendition> = transcode::plan(&profile.renditions, &probe)
         .into_iter()
@@ -120,20 +133,7 @@ fn run(
     ));
 
     // Loudness first, on the audio alone: the run's audio filter follows from it.
-    let mut loudness = None;
-    if let (Some(spec), true) = (&profile.loudness, measuring) {
-        ctl.emit(Event::Stage(Stage::Analyze));
-        let log = work.join("loudness.log");
-        match loudness::measure(&job.video, &probe, input, &log, per_rung, &ctl.cancel) {
-            Ok(Some(m)) => loudness = Some((m, spec)),
-            Ok(None) => warnings.push(warn(
-                WarningCode::LoudnessFailed,
-                "the audio is silent".to_owned(),
-            )),
-            Err(MediaError::Timeout(d)) => return Err(at(Stage::Analyze)(MediaError::Timeout(d))),
-            Err(e) => warnings.push(warn(WarningCode::LoudnessFailed, e.to_string())),
-        }
-    }
+    let loudness = loudness_of(job, &probe, input, work, per_rung, ctl, &mut warnings)?;
     let audio_filter = loudness
         .as_ref()
         .and_then(|(m, spec)| loudness::normalise(m, spec));
@@ -153,6 +153,8 @@ fn run(
         audio_filter: audio_filter.as_deref(),
         frames: &frames,
         frame_dir: Path::new(WORK),
+        span: None,
+        first_candidate: 0,
     };
     let stream_audio = outputs.stream_audio(&probe);
     if !rungs.is_empty() || stream_audio || !frames.is_empty() || board.is_some() {
@@ -233,23 +235,63 @@ fn run(
     Ok(MediaOutput {
         media_type: MediaType::Video,
         files,
-        analysis: Some(Analysis::Video(VideoAnalysis {
-            duration_ms: probe.duration.map(|d| d.as_millis() as u64),
-            width: probe.width,
-            height: probe.height,
-            fps: probe.fps,
-            video_codec: probe.video_codec.clone(),
-            audio_codec: probe.audio_codec.clone(),
-            has_audio: probe.audio_codec.is_some(),
-            bitrate: probe.bitrate,
-            rotation: probe.rotation,
-            hdr: probe.hdr,
-            poster_time_ms: poster_time.map(|t| t.as_millis() as u64),
-            loudness: loudness.map(|(m, spec)| Box::new(m.report(spec))),
-            scan: None,
-        })),
+        analysis: Some(analysis(&probe, poster_time, loudness)),
         warnings,
         tracks,
+        plan: None,
+    })
+}
+
+type Loudness<'a> = Option<(loudness::Measured, &'a crate::media::settings::LoudnessSpec)>;
+
+/// The source's loudness over the whole program, when the profile asks and there is audio
+/// (the run's audio filter follows from it); a failure to measure is a warning.
+fn loudness_of<'a>(
+    job: &'a MediaJob,
+    probe: &VideoProbe,
+    input: &Path,
+    work: &Path,
+    limit: Duration,
+    ctl: &mut Control,
+    warnings: &mut Vec<Warning>,
+) -> Result<Loudness<'a>, MediaFailure> {
+    let Some(spec) = &job.profile.loudness else {
+        return Ok(None);
+    };
+    if probe.audio_codec.is_none() {
+        return Ok(None);
+    }
+    ctl.emit(Event::Stage(Stage::Analyze));
+    let log = work.join("loudness.log");
+    let warn = |message| Warning {
+        code: WarningCode::LoudnessFailed,
+        message,
+    };
+    match loudness::measure(&job.video, probe, input, &log, limit, &ctl.cancel) {
+        Ok(Some(m)) => return Ok(Some((m, spec))),
+        Ok(None) => warnings.push(warn("the audio is silent".to_owned())),
+        Err(MediaError::Timeout(d)) => return Err(at(Stage::Analyze)(MediaError::Timeout(d))),
+        Err(e) => warnings.push(warn(e.to_string())),
+    }
+    Ok(None)
+}
+
+/// The response's analysis of a video.
+fn analysis(probe: &VideoProbe, poster_time: Option<Duration>, loudness: Loudness) -> Analysis {
+    Analysis::Video(VideoAnalysis {
+        duration_ms: probe.duration.map(|d| d.as_millis() as u64),
+        width: probe.width,
+        height: probe.height,
+        fps: probe.fps,
+        video_codec: probe.video_codec.clone(),
+        audio_codec: probe.audio_codec.clone(),
+        has_audio: probe.audio_codec.is_some(),
+        bitrate: probe.bitrate,
+        rotation: probe.rotation,
+        hdr: probe.hdr,
+        poster_time_ms: poster_time.map(|t| t.as_millis() as u64),
+        loudness: loudness.map(|(m, spec)| Box::new(m.report(spec))),
+        scan: None,
     })
 }
 

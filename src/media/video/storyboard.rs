@@ -64,13 +64,41 @@ impl Plan {
     /// `transcode::to_sdr`). `round=up` makes tile `k` the frame at `k x interval` (rounding
     /// down would keep the last frame before the next tile's time).
     pub fn filter(&self, sdr: &str) -> String {
-        let (w, h) = self.tile;
         format!(
-            "fps=1000/{}:round=up,scale={w}:{h},{sdr},tile={}x{}",
-            self.interval.as_millis(),
+            "{},tile={}x{}",
+            self.tiles_filter(sdr),
             self.columns,
             self.rows
         )
+    }
+
+    /// The tiles one by one, before they are laid out (a unit of a long video writes its own;
+    /// the stitch lays them out with [`Plan::sprite_args`]).
+    pub fn tiles_filter(&self, sdr: &str) -> String {
+        let (w, h) = self.tile;
+        format!(
+            "fps=1000/{}:round=up,scale={w}:{h},{sdr}",
+            self.interval.as_millis()
+        )
+    }
+
+    /// The tiles whose times fall in `[start, end)` seconds (`end` None: to the end).
+    pub fn tiles_in(&self, start: f64, end: Option<f64>) -> std::ops::Range<u32> {
+        let ms = self.interval.as_millis() as f64;
+        let tile = |t: f64| ((t * 1000.0 / ms).ceil().max(0.0) as u32).min(self.count);
+        tile(start)..end.map_or(self.count, tile)
+    }
+
+    /// ffmpeg's arguments laying out tiles `tile-00000.png`... of `dir` as the sprite.
+    pub fn sprite_args(&self, dir: &Path) -> Vec<OsString> {
+        let mut a: Vec<OsString> = ["-framerate", "1", "-start_number", "0", "-i"]
+            .map(OsString::from)
+            .into();
+        a.push(tile_file(dir, "%05d").into());
+        a.push("-vf".into());
+        a.push(format!("tile={}x{}", self.columns, self.rows).into());
+        a.extend(self.output_args());
+        a
     }
 
     /// The sprite's encoder and file, for ffmpeg.
@@ -150,6 +178,11 @@ impl Plan {
             ),
         ])
     }
+}
+
+/// Where a unit writes tile `k` (`%05d` for ffmpeg).
+pub fn tile_file(dir: &Path, k: impl std::fmt::Display) -> std::path::PathBuf {
+    dir.join(format!("tile-{k}.png"))
 }
 
 /// `00:01:02.345`

@@ -9,6 +9,7 @@
 //! Bandwidths are measured, never estimated: `BANDWIDTH` and the MPD's `bandwidth` are the peak
 //! segment bitrate (video plus the audio a variant plays with), `AVERAGE-BANDWIDTH` the mean.
 
+use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -50,6 +51,44 @@ pub fn muxer(track: TrackId, segment_secs: u32) -> String {
     )
 }
 
+/// The HLS muxer as an output of its own run (a unit of a long video, or the audio of one),
+/// with the same segments as [`muxer`]. A unit's segments are numbered from its first one and
+/// keep the run's timestamps: `frag_discont` writes each fragment's decode time as it is (the
+/// mov muxer would rebase the first one to 0) and no timestamp is shifted, so the segments of
+/// consecutive units follow one another as those of one run do.
+pub fn output_args(track: TrackId, segment_secs: u32, unit_first: Option<u32>) -> Vec<OsString> {
+    let dir = Path::new(names::STREAM_DIR);
+    let (discont, first) = match unit_first {
+        Some(n) => ("+frag_discont", n),
+        None => ("", 0),
+    };
+    let editlist = match track {
+        TrackId::Video(_) => ":use_editlist=0",
+        TrackId::Audio => "",
+    };
+    let segment = dir.join(names::segment_template(track, "%05d"));
+    let mut a: Vec<OsString> = vec!["-avoid_negative_ts".into(), "disabled".into()];
+    for (k, v) in [
+        ("-f", "hls".to_owned()),
+        ("-hls_time", segment_secs.to_string()),
+        ("-hls_segment_type", "fmp4".to_owned()),
+        ("-hls_playlist_type", "vod".to_owned()),
+        ("-hls_flags", "independent_segments".to_owned()),
+        ("-hls_fmp4_init_filename", "init.mp4".to_owned()),
+        ("-start_number", first.to_string()),
+        (
+            "-hls_segment_options",
+            format!("movflags=+negative_cts_offsets{discont}{editlist}:avoid_negative_ts=disabled"),
+        ),
+        ("-hls_segment_filename", segment.display().to_string()),
+    ] {
+        a.push(k.into());
+        a.push(v.into());
+    }
+    a.push(ffmpeg_playlist(track).into());
+    a
+}
+
 /// Where the HLS muxer writes its playlist of `track`, relative to the output directory.
 fn ffmpeg_playlist(track: TrackId) -> PathBuf {
     Path::new(names::STREAM_DIR).join(format!("{track}/ffmpeg.m3u8"))
@@ -63,6 +102,44 @@ pub fn read_track(
     size: (u32, u32),
     frame_rate: Option<f64>,
     formats: &[StreamingFormat],
+) -> Result<(Track, Vec<ProducedFile>), MediaError> {
+    let (track, mut files) = read_pieces(out_dir, id, size, frame_rate, 0)?;
+    if formats.contains(&StreamingFormat::Hls) {
+        files.push(write_media_playlist(out_dir, &track)?);
+    }
+    Ok((track, files))
+}
+
+/// A track's media playlist, written under `out_dir`'s stream folder.
+pub fn write_media_playlist(out_dir: &Path, track: &Track) -> Result<ProducedFile, MediaError> {
+    let name = names::media_playlist(track.id);
+    let path = out_dir.join(names::STREAM_DIR).join(&name);
+    let bytes = media_playlist(track);
+    std::fs::write(&path, &bytes)?;
+    Ok(ProducedFile {
+        name: names::in_stream(&name),
+        size_bytes: bytes.len() as u64,
+        path,
+        role: Role::Segment,
+        format: FileFormat::Hls(Some(track.id)),
+        width: track.width,
+        height: track.height,
+        duration_ms: None,
+        frames: None,
+        crop: None,
+        quality: None,
+    })
+}
+
+/// The pieces ffmpeg's HLS muxer wrote for a track whose first segment is number `first` (a
+/// unit of a long video starts past 0): the track (its segments from `first` on) and its
+/// files, without a playlist of ours.
+pub fn read_pieces(
+    out_dir: &Path,
+    id: TrackId,
+    size: (u32, u32),
+    frame_rate: Option<f64>,
+    first: u32,
 ) -> Result<(Track, Vec<ProducedFile>), MediaError> {
     let stream_dir = out_dir.join(names::STREAM_DIR);
     let listed = std::fs::read(out_dir.join(ffmpeg_playlist(id)))?;
@@ -93,7 +170,8 @@ pub fn read_track(
     let mut files = vec![init];
     let mut segments = Vec::new();
     for (n, s) in playlist.segments.iter().enumerate() {
-        let name = names::segment(id, n as u32);
+        let n = first + n as u32;
+        let name = names::segment(id, n);
         // ffmpeg names them itself; its list must be the one we expect.
         if Path::new(&name).file_name() != Some(s.uri.as_ref()) {
             return Err(MediaError::Transform(format!(
@@ -101,7 +179,7 @@ pub fn read_track(
                 s.uri
             )));
         }
-        let f = piece(name, FileFormat::Cmaf(id, Some(n as u32)))?;
+        let f = piece(name, FileFormat::Cmaf(id, Some(n)))?;
         segments.push(Segment {
             seconds: s.duration as f64,
             bytes: f.size_bytes,
@@ -121,11 +199,6 @@ pub fn read_track(
         frame_rate,
         segments,
     };
-    if formats.contains(&StreamingFormat::Hls) {
-        let name = names::media_playlist(id);
-        std::fs::write(stream_dir.join(&name), media_playlist(&track))?;
-        files.push(piece(name, FileFormat::Hls(Some(id)))?);
-    }
     Ok((track, files))
 }
 
@@ -346,13 +419,22 @@ fn iso_duration(seconds: f64) -> String {
 /// A frame rate as DASH and ffmpeg read it (`30000/1001`, `25`): the NTSC rates exactly,
 /// others to the millisecond.
 pub fn frame_rate(fps: f64) -> String {
+    match rational(fps) {
+        (n, 1) => n.to_string(),
+        (n, d) => format!("{n}/{d}"),
+    }
+}
+
+/// The frame rate as ffmpeg's `fps` filter takes it (see [`frame_rate`]): numerator and
+/// denominator, the constant-rate timeline's frame `n` being at `n · den / num` seconds.
+pub fn rational(fps: f64) -> (u32, u32) {
     let ntsc = (fps * 1.001).round();
     if (fps - ntsc / 1.001).abs() < 1e-3 && (fps - fps.round()).abs() > 1e-3 {
-        format!("{}/1001", ntsc as u64 * 1000)
+        (ntsc as u32 * 1000, 1001)
     } else if (fps - fps.round()).abs() < 1e-3 {
-        format!("{}", fps.round() as u64)
+        (fps.round() as u32, 1)
     } else {
-        format!("{}/1000", (fps * 1000.0).round() as u64)
+        ((fps * 1000.0).round() as u32, 1000)
     }
 }
 

@@ -84,6 +84,47 @@ pub struct Outputs<'a> {
     /// written to [`frame_file`]`(frame_dir, i)`.
     pub frames: &'a [Duration],
     pub frame_dir: &'a Path,
+    /// A unit of a long video (see `units`): only its part of the video, and the poster
+    /// candidates numbered from this one.
+    pub span: Option<Span>,
+    pub first_candidate: usize,
+}
+
+/// How many seconds before a unit's first frame its decode starts: the `fps` filter sees the
+/// frames before that slot, so it picks the frame a one-run encode picks for it.
+const PREROLL_SECS: f64 = 1.0;
+
+/// A unit's part of the video: its frames on the stream's constant-rate timeline
+/// (`[first_slot, end_slot)`, the frame in slot `n` shown at `n / rate`) and the source time
+/// they stand for, each end half a frame early, as the `fps` filter rounds a source frame to
+/// its nearest slot.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Span {
+    pub first_slot: i64,
+    pub end_slot: Option<i64>,
+    pub start_secs: f64,
+    pub end_secs: Option<f64>,
+    /// Its first segment's number: its segments keep the names a one-run encode gives them.
+    pub first_segment: u32,
+    pub segments: u32,
+}
+
+impl Span {
+    /// `trim` of the source's frames in this span (storyboard tiles, poster candidates).
+    fn trim_seconds(&self) -> String {
+        match self.end_secs {
+            Some(e) => format!("trim=start={:.6}:end={e:.6},", self.start_secs),
+            None => format!("trim=start={:.6},", self.start_secs),
+        }
+    }
+
+    /// `trim` of the constant-rate frames in this span.
+    fn trim_slots(&self) -> String {
+        match self.end_slot {
+            Some(e) => format!("trim=start_pts={}:end_pts={e},", self.first_slot),
+            None => format!("trim=start_pts={},", self.first_slot),
+        }
+    }
 }
 
 /// How the rungs are cut for streaming.
@@ -195,6 +236,7 @@ pub fn filter_graph(probe: &VideoProbe, outputs: &Outputs) -> String {
             .stream
             .map(|s| format!("fps={},", stream::frame_rate(s.frame_rate)))
             .unwrap_or_default();
+        let cfr = cfr + &outputs.span.map(|s| s.trim_slots()).unwrap_or_default();
         chains.push(format!(
             "[t]{cfr}scale={w}:{h},{},{}",
             to_sdr(probe),
@@ -212,15 +254,23 @@ pub fn filter_graph(probe: &VideoProbe, outputs: &Outputs) -> String {
     }
     if let Some(plan) = outputs.storyboard {
         heads.push("[b]".to_owned());
-        chains.push(format!("[b]{}[sb]", plan.filter(to_sdr(probe))));
+        let chain = match outputs.span {
+            Some(s) => s.trim_seconds() + &plan.tiles_filter(to_sdr(probe)),
+            None => plan.filter(to_sdr(probe)),
+        };
+        chains.push(format!("[b]{chain}[sb]"));
     }
     if !outputs.frames.is_empty() {
         heads.push("[f]".to_owned());
         chains.push(format!(
-            "[f]select={},{},format=rgb24[c]",
+            "[f]{}select={},{},format=rgb24[c]",
+            outputs.span.map(|s| s.trim_seconds()).unwrap_or_default(),
             first_frames_from(outputs.frames),
             to_sdr(probe)
         ));
+    }
+    if heads.is_empty() {
+        return String::new();
     }
     let split = format!("[0:v:0]split={}{}", heads.len(), heads.concat());
     std::iter::once(split)
@@ -246,17 +296,27 @@ pub fn args(
     );
     let t = threads.to_string();
     ext(&mut a, &["-threads", &t]);
+    if let Some(span) = outputs.span {
+        // The run's timestamps are the video's own (from 0 as in a one-run encode), so that
+        // the segments of consecutive units follow one another.
+        let from = format!("{:.6}", (span.start_secs - PREROLL_SECS).max(0.0));
+        ext(&mut a, &["-copyts", "-start_at_zero", "-ss", &from]);
+    }
     a.extend(super::ffprobe::input_args(probe.demuxer, input));
-    ext(
-        &mut a,
-        &["-filter_complex_threads", &t, "-filter_complex", &graph],
-    );
+    if !graph.is_empty() {
+        ext(
+            &mut a,
+            &["-filter_complex_threads", &t, "-filter_complex", &graph],
+        );
+    }
     // Reports every 0.2 s (not 0.5): candidates are scored soon after they are written.
     ext(
         &mut a,
         &["-progress", "pipe:1", "-stats_period", "0.2", "-nostats"],
     );
-    if outputs.tee(probe) {
+    if let Some(span) = outputs.span {
+        a.extend(unit_outputs(settings, threads, probe, outputs, span));
+    } else if outputs.tee(probe) {
         // The rungs are the streams of one `tee` output, each MP4 taking its video stream and
         // the one audio stream: the audio is encoded once for the whole ladder. A stream's
         // segments are more slaves of the same output: the same encoded streams, cut.
@@ -315,9 +375,22 @@ pub fn args(
         );
         ext(&mut a, &["-f", "tee", &slaves.join("|")]);
     }
-    if let Some(plan) = outputs.storyboard {
-        ext(&mut a, &["-map", "[sb]"]);
-        a.extend(plan.output_args());
+    match (outputs.storyboard, outputs.span) {
+        (Some(plan), Some(span)) => {
+            // The unit's tiles one by one, numbered in the whole video's sprite.
+            let tiles = plan.tiles_in(span.start_secs, span.end_secs);
+            ext(&mut a, &["-map", "[sb]", "-fps_mode", "passthrough"]);
+            ext(&mut a, &["-c:v", "png", "-compression_level", "1"]);
+            ext(&mut a, &["-frames:v", &tiles.len().to_string()]);
+            ext(&mut a, &["-f", "image2", "-start_number"]);
+            a.push(tiles.start.to_string().into());
+            a.push(storyboard::tile_file(outputs.frame_dir, "%05d").into());
+        }
+        (Some(plan), None) => {
+            ext(&mut a, &["-map", "[sb]"]);
+            a.extend(plan.output_args());
+        }
+        (None, _) => {}
     }
     if !outputs.frames.is_empty() {
         ext(&mut a, &["-map", "[c]", "-fps_mode", "passthrough"]);
@@ -325,9 +398,67 @@ pub fn args(
         // Whole or not at all: candidates are scored while the run goes on.
         ext(
             &mut a,
-            &["-f", "image2", "-atomic_writing", "1", "-start_number", "0"],
+            &["-f", "image2", "-atomic_writing", "1", "-start_number"],
         );
+        a.push(outputs.first_candidate.to_string().into());
         a.push(frame_file(outputs.frame_dir, "%d").into());
+    }
+    a
+}
+
+/// A unit's rungs, each an HLS output of its own (nothing to share: no audio, no MP4), with a
+/// keyframe (closed GOP) on the first frame of each of its segments, counted in frames so that
+/// no rounding of times can move one.
+fn unit_outputs(
+    settings: &VideoSettings,
+    threads: usize,
+    probe: &VideoProbe,
+    outputs: &Outputs,
+    span: Span,
+) -> Vec<OsString> {
+    let Some(s) = outputs.stream else {
+        return Vec::new();
+    };
+    let (num, den) = stream::rational(s.frame_rate);
+    // Segment k starts on the first slot at or after k · segment_secs: ceil(k·S·num/den).
+    let per = s.segment_secs as i64 * num as i64;
+    let starts: Vec<String> = (span.first_segment as i64..)
+        .take(span.segments as usize)
+        .map(|k| (k * per + den as i64 - 1) / den as i64)
+        .map(|slot| format!("eq(n,{})", slot - span.first_slot))
+        .collect();
+    let keyframes = format!("expr:{}", starts.join("+"));
+    let mut a = Vec::new();
+    for (i, rung) in outputs.rungs.iter().enumerate() {
+        a.extend(["-map".into(), format!("[v{i}]").into()]);
+        a.extend(video_encoder_args(settings, threads, probe, rung, None));
+        a.extend(
+            [
+                "-force_key_frames:v",
+                &keyframes,
+                "-fps_mode",
+                "passthrough",
+                "-an",
+            ]
+            .map(OsString::from),
+        );
+        a.extend(
+            [
+                "-map_metadata",
+                "-1",
+                "-map_chapters",
+                "-1",
+                "-fflags",
+                "+bitexact",
+            ]
+            .map(OsString::from),
+        );
+        let track = TrackId::Video(rung.height);
+        a.extend(stream::output_args(
+            track,
+            s.segment_secs,
+            Some(span.first_segment),
+        ));
     }
     a
 }
@@ -463,6 +594,8 @@ mod tests {
             audio_filter: None,
             frames,
             frame_dir: Path::new("work"),
+            span: None,
+            first_candidate: 0,
         }
     }
 

@@ -1,0 +1,490 @@
+//! The job side of a long video spread over the fleet (the protocol: `crate::units`): the
+//! request hands its plan on, a unit task lands its unit, the stitch task answers. Each runs
+//! through the same attempts as any job ([`JobRunner`]'s retries, holds and scratch rules);
+//! what differs is what they download, which part of the media work they are and where their
+//! files go.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::{StreamExt, TryStreamExt, stream};
+use tokio_util::sync::CancellationToken;
+
+use super::response::{self, Done, Ending, Failure, Partial};
+use super::runner::{Answer, JobRunner};
+use crate::contract::{Analysis, MediaType, OptimizeRequest, OptimizeResponse, SourceInfo, Stage};
+use crate::error::JobError;
+use crate::media::MediaOutput;
+use crate::media::part::{Part, StitchInput, Unit};
+use crate::registry::JobHandle;
+use crate::scratch::ScratchDir;
+use crate::stages::manifest::{self, Produced};
+use crate::storage::{ObjectMeta, StorageError};
+use crate::units::store::{self, PlanRecord, UnitRecord};
+use crate::units::{Dispatch, PlanRef, Task};
+
+const PARALLEL_TRANSFERS: usize = 8;
+
+/// What a job is to a long video.
+pub enum As {
+    /// A request (planned, and handed on when the runner has a dispatch).
+    Request,
+    Unit {
+        plan: PlanRef,
+        record: Box<PlanRecord>,
+        unit: Unit,
+    },
+    Stitch {
+        plan: PlanRef,
+        record: Box<PlanRecord>,
+        units: Vec<UnitRecord>,
+    },
+}
+
+/// A request whose media job came back planned.
+pub struct Handing<'a> {
+    pub req: &'a OptimizeRequest,
+    pub source: &'a SourceInfo,
+    pub fingerprint: &'a str,
+    pub units: Vec<Unit>,
+}
+
+impl JobRunner {
+    /// A task from the unit topic: nothing to publish (a unit), or the request's response (the
+    /// stitch).
+    pub async fn run_task(&self, task: &Task, job: &JobHandle) -> Option<OptimizeResponse> {
+        let storage = &*self.services().storage;
+        let plan = &task.plan;
+        let record: PlanRecord = match store::read(storage, plan, plan.plan_key()).await {
+            Ok(Some(r)) => r,
+            Ok(None) => {
+                tracing::warn!(plan = plan.id(), "a unit task whose plan is gone: dropped");
+                return None;
+            }
+            Err(e) => {
+                // Held like any job whose store is away: retried until it answers.
+                tracing::warn!(plan = plan.id(), error = %e, "plan unreadable; retrying");
+                return self.retry_task(task, job).await;
+            }
+        };
+        let keys = store::records(storage, plan).await.unwrap_or_default();
+        if keys.contains(&plan.answered_key()) {
+            tracing::info!(plan = plan.id(), "already answered");
+            return None;
+        }
+        match task.unit {
+            Some(index) => {
+                self.unit_task(plan, record, index, &keys, job).await;
+                None
+            }
+            None => self.stitch_task(plan, record, job).await,
+        }
+    }
+
+    /// The plan's response is published: a later stitch task publishes nothing.
+    pub async fn mark_answered(&self, plan: &PlanRef) {
+        let svc = self.services();
+        let scratch = &svc.settings.worker.tmp_dir;
+        if let Err(e) = store::write(&*svc.storage, plan, plan.answered_key(), &true, scratch).await
+        {
+            tracing::warn!(plan = plan.id(), error = %e, "could not mark the plan answered");
+        }
+    }
+
+    /// A transient failure before the job began: once more, after the backoff.
+    async fn retry_task(&self, task: &Task, job: &JobHandle) -> Option<OptimizeResponse> {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        Box::pin(self.run_task(task, job)).await
+    }
+
+    async fn unit_task(
+        &self,
+        plan: &PlanRef,
+        record: PlanRecord,
+        index: u32,
+        keys: &[String],
+        job: &JobHandle,
+    ) {
+        let Some(unit) = record.units.get(index as usize).copied() else {
+            tracing::warn!(plan = plan.id(), index, "no such unit: dropped");
+            return;
+        };
+        if keys.contains(&plan.unit_key(index)) {
+            tracing::info!(plan = plan.id(), unit = index, "unit already landed");
+        } else if keys.contains(&plan.failed_key()) {
+            tracing::info!(
+                plan = plan.id(),
+                unit = index,
+                "another unit failed: not encoded"
+            );
+            return;
+        } else {
+            let req = record.request.clone();
+            let role = As::Unit {
+                plan: plan.clone(),
+                record: Box::new(record.clone()),
+                unit,
+            };
+            if let Answer::Respond(r) = self.run_as(&req, job, &role).await {
+                // Only a failure answers a unit: recorded, and the stitch answers with it.
+                let Some(e) = r.error else { return };
+                let failed = UnitRecord::Failed {
+                    code: e.code,
+                    stage: e.stage,
+                    message: e.message,
+                    at_secs: unit_start(&record, &unit),
+                };
+                let scratch = self.services().settings.worker.tmp_dir.clone();
+                let storage = &*self.services().storage;
+                let written = async {
+                    store::write(storage, plan, plan.unit_key(index), &failed, &scratch).await?;
+                    store::write(storage, plan, plan.failed_key(), &failed, &scratch).await
+                };
+                if let Err(e) = written.await {
+                    tracing::error!(plan = plan.id(), unit = index, error = %e,
+                        "the unit's failure could not be recorded");
+                    return;
+                }
+                tracing::warn!(plan = plan.id(), unit = index, "unit failed for good");
+                self.send_stitch(plan).await;
+                return;
+            }
+        }
+        // The unit is recorded: the one that completes the plan sends the stitch.
+        let storage = &*self.services().storage;
+        match store::recorded(storage, plan).await {
+            Ok(done) if done.len() == record.units.len() => self.send_stitch(plan).await,
+            Ok(_) => {}
+            Err(e) => tracing::warn!(plan = plan.id(), error = %e, "could not list the units"),
+        }
+    }
+
+    async fn send_stitch(&self, plan: &PlanRef) {
+        let Some(dispatch) = &self.dispatch() else {
+            return;
+        };
+        let task = Task {
+            plan: plan.clone(),
+            unit: None,
+        };
+        if let Err(e) = dispatch.send(&task).await {
+            tracing::error!(plan = plan.id(), error = %e, "the stitch task could not be sent");
+        }
+    }
+
+    async fn stitch_task(
+        &self,
+        plan: &PlanRef,
+        record: PlanRecord,
+        job: &JobHandle,
+    ) -> Option<OptimizeResponse> {
+        let storage = &*self.services().storage;
+        let mut units = Vec::with_capacity(record.units.len());
+        for i in 0..record.units.len() as u32 {
+            match store::read::<UnitRecord>(storage, plan, plan.unit_key(i)).await {
+                Ok(Some(u)) => units.push(u),
+                Ok(None) | Err(_) => {
+                    tracing::warn!(
+                        plan = plan.id(),
+                        unit = i,
+                        "stitch before unit landed: dropped"
+                    );
+                    return None;
+                }
+            }
+        }
+        let req = record.request.clone();
+        if let Some((index, u)) = units.iter().enumerate().find_map(|(i, u)| match u {
+            UnitRecord::Failed { .. } => Some((i, u)),
+            UnitRecord::Landed { .. } => None,
+        }) {
+            let UnitRecord::Failed {
+                code,
+                stage,
+                message,
+                at_secs,
+            } = u.clone()
+            else {
+                unreachable!()
+            };
+            let failure = Failure {
+                stage,
+                error: JobError::UnitFailed {
+                    index: index as u32,
+                    at_secs,
+                    code,
+                    message,
+                },
+            };
+            let ending = Ending::Failed {
+                failure,
+                partial: Partial::default(),
+            };
+            let worker = &self.services().worker;
+            return Some(response::for_request(
+                worker,
+                &req,
+                ending,
+                1,
+                Instant::now(),
+            ));
+        }
+        let role = As::Stitch {
+            plan: plan.clone(),
+            record: Box::new(record),
+            units,
+        };
+        match self.run_as(&req, job, &role).await {
+            Answer::Respond(r) => Some(*r),
+            Answer::HandedOff => None,
+        }
+    }
+
+    /// The request's part once its media job came back planned: the audio's pieces and the
+    /// plan stored, a task sent for each unit without a record.
+    pub(super) async fn hand_off(
+        &self,
+        h: Handing<'_>,
+        media: MediaOutput,
+        dispatch: &Arc<dyn Dispatch>,
+        scratch: &Path,
+    ) -> Result<Done, (Failure, Partial)> {
+        let partial = || Partial {
+            source: Some(h.source.clone()),
+            scan: None,
+        };
+        let fail = |e: StorageError| (Failure::at(Stage::Upload)(e), partial());
+        let svc = self.services();
+        let etag = h.source.etag.clone().unwrap_or_default();
+        let plan = PlanRef::new(
+            &svc.settings.storage.output_bucket,
+            h.req,
+            &etag,
+            h.fingerprint,
+        );
+        let Some(Analysis::Video(analysis)) = media.analysis else {
+            let e = JobError::Internal("a plan without its video's analysis".into());
+            return Err((Failure::at(Stage::Transform)(e), partial()));
+        };
+        let pieces = self.store_pieces(&plan, &media.files).await.map_err(fail)?;
+        let record = PlanRecord {
+            request: h.req.clone(),
+            source_etag: etag,
+            source_size: h.source.size_bytes.unwrap_or(0),
+            units: h.units,
+            analysis,
+            audio: media.tracks.into_iter().next(),
+            pieces,
+            warnings: media.warnings,
+            fingerprint: h.fingerprint.to_owned(),
+        };
+        let storage = &*svc.storage;
+        store::write(storage, &plan, plan.plan_key(), &record, scratch)
+            .await
+            .map_err(fail)?;
+        let landed = store::recorded(storage, &plan).await.map_err(fail)?;
+        let missing: Vec<u32> = (0..record.units.len() as u32)
+            .filter(|i| !landed.contains(i))
+            .collect();
+        tracing::info!(
+            plan = plan.id(),
+            units = record.units.len(),
+            missing = missing.len(),
+            "video planned as units: sending them to the fleet"
+        );
+        let tasks: Vec<Task> = if missing.is_empty() {
+            vec![Task {
+                plan: plan.clone(),
+                unit: None,
+            }]
+        } else {
+            missing
+                .iter()
+                .map(|&i| Task {
+                    plan: plan.clone(),
+                    unit: Some(i),
+                })
+                .collect()
+        };
+        for t in &tasks {
+            dispatch.send(t).await.map_err(|e| {
+                let e = JobError::Storage(StorageError::Unavailable(format!("unit topic: {e}")));
+                (Failure::at(Stage::Publish)(e), partial())
+            })?;
+        }
+        Ok(handed_off(h.source))
+    }
+
+    /// A unit's pieces stored, then its record.
+    pub(super) async fn land_unit(
+        &self,
+        plan: &PlanRef,
+        unit: Unit,
+        media: MediaOutput,
+        scratch: &Path,
+    ) -> Result<Done, (Failure, Partial)> {
+        let fail = |e: StorageError| (Failure::at(Stage::Upload)(e), Partial::default());
+        let pieces = self.store_pieces(plan, &media.files).await.map_err(fail)?;
+        let record = UnitRecord::Landed {
+            tracks: media.tracks,
+            pieces,
+            worker: self.services().worker.id.clone(),
+        };
+        let storage = &*self.services().storage;
+        store::write(storage, plan, plan.unit_key(unit.index), &record, scratch)
+            .await
+            .map_err(fail)?;
+        tracing::info!(plan = plan.id(), unit = unit.index, worker = %self.services().worker.id,
+            "unit landed");
+        Ok(handed_off(&SourceInfo {
+            bucket: String::new(),
+            key: String::new(),
+            size_bytes: None,
+            etag: None,
+        }))
+    }
+
+    /// Uploads `files` beside the plan; their names.
+    async fn store_pieces(
+        &self,
+        plan: &PlanRef,
+        files: &[crate::media::ProducedFile],
+    ) -> Result<Vec<String>, StorageError> {
+        let storage = &*self.services().storage;
+        let uploads: Vec<_> = files
+            .iter()
+            .map(|f| store_piece(storage, plan, f))
+            .collect();
+        stream::iter(uploads)
+            .buffered(PARALLEL_TRANSFERS)
+            .try_collect()
+            .await
+    }
+
+    /// The stitch's attempt: the pieces downloaded into the output directory, the stitch's
+    /// media work, then the outputs and the manifest as any job's.
+    pub(super) async fn stitch_in(
+        &self,
+        req: &OptimizeRequest,
+        job: &JobHandle,
+        cancel: &CancellationToken,
+        scratch: &ScratchDir,
+        role: &As,
+    ) -> Result<Done, (Failure, Partial)> {
+        let As::Stitch {
+            plan,
+            record,
+            units,
+        } = role
+        else {
+            unreachable!("stitch_in is the stitch's")
+        };
+        let svc = self.services();
+        let source = SourceInfo {
+            bucket: req.source.bucket.clone(),
+            key: req.source.key.clone(),
+            size_bytes: Some(record.source_size),
+            etag: Some(record.source_etag.clone()),
+        };
+        let partial = || Partial {
+            source: Some(source.clone()),
+            scan: None,
+        };
+        let out_dir = scratch.out_dir();
+        let names = record
+            .pieces
+            .iter()
+            .chain(units.iter().flat_map(|u| match u {
+                UnitRecord::Landed { pieces, .. } => pieces.as_slice(),
+                UnitRecord::Failed { .. } => &[],
+            }));
+        job.stage(Stage::Download);
+        let storage = &*svc.storage;
+        let downloads: Vec<_> = names
+            .map(|name| fetch_piece(storage, plan, name, &out_dir))
+            .collect();
+        let fetched: Result<Vec<()>, StorageError> = stream::iter(downloads)
+            .buffer_unordered(PARALLEL_TRANSFERS)
+            .try_collect()
+            .await;
+        fetched.map_err(|e| (Failure::at(Stage::Download)(e), partial()))?;
+        let mut media_job = svc
+            .settings
+            .media_job(manifest::profile_of(req), req.media_type);
+        media_job.part = Part::Stitch(Box::new(StitchInput {
+            analysis: record.analysis.clone(),
+            units: units
+                .iter()
+                .map(|u| match u {
+                    UnitRecord::Landed { tracks, .. } => tracks.clone(),
+                    UnitRecord::Failed { .. } => Vec::new(),
+                })
+                .collect(),
+            audio: record.audio.clone(),
+        }));
+        let mut media = self
+            .native(job, media_job, scratch, cancel)
+            .await
+            .map_err(|f| (f, partial()))?;
+        media.warnings.splice(0..0, record.warnings.iter().cloned());
+        debug_assert_eq!(media.media_type, MediaType::Video);
+        let fingerprint = record.fingerprint.clone();
+        self.finish(req, job, cancel, &source, fingerprint, media, None, scratch)
+            .await
+            .map_err(|f| (f, partial()))
+    }
+}
+
+fn handed_off(source: &SourceInfo) -> Done {
+    Done {
+        produced: Produced {
+            media_type: MediaType::Video,
+            source: source.clone(),
+            outputs: Vec::new(),
+            analysis: None,
+            warnings: Vec::new(),
+        },
+        replayed: false,
+        source_missing: false,
+        handed_off: true,
+    }
+}
+
+/// Where a unit starts in the video, in seconds.
+fn unit_start(record: &PlanRecord, unit: &Unit) -> f64 {
+    let fps = record.analysis.fps.unwrap_or(30.0).clamp(1.0, 60.0);
+    unit.first_slot as f64 / fps
+}
+
+async fn store_piece(
+    storage: &dyn crate::storage::Storage,
+    plan: &PlanRef,
+    f: &crate::media::ProducedFile,
+) -> Result<String, StorageError> {
+    let meta = ObjectMeta {
+        content_type: f.format.content_type(),
+        cache_control: manifest::NO_CACHE,
+    };
+    storage
+        .upload(&plan.bucket, &plan.piece_key(&f.name), &f.path, &meta)
+        .await
+        .map(|()| f.name.clone())
+}
+
+async fn fetch_piece(
+    storage: &dyn crate::storage::Storage,
+    plan: &PlanRef,
+    name: &str,
+    out_dir: &Path,
+) -> Result<(), StorageError> {
+    let dest = out_dir.join(name);
+    if let Some(dir) = dest.parent() {
+        tokio::fs::create_dir_all(dir).await?;
+    }
+    let src = crate::contract::SourceRef {
+        bucket: plan.bucket.clone(),
+        key: plan.piece_key(name),
+    };
+    storage.download(&src, &dest, u64::MAX).await.map(|_| ())
+}

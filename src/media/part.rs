@@ -1,0 +1,44 @@
+//! Which part of a long video's work a media job is (see `video::units`): the whole job (every
+//! image, every short video, and a long one on a worker that cannot spread it), or one of the
+//! parts a long video is spread as: its plan (with the audio, made once), a unit, the stitch.
+
+use serde::{Deserialize, Serialize};
+
+use crate::contract::VideoAnalysis;
+use crate::media::track::Track;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub enum Part {
+    /// Everything, here (a long video's units one after another).
+    #[default]
+    Whole,
+    /// Probe and plan: a video planned as units gets its audio only (the output's `plan` says
+    /// which units to encode); any other input is done whole.
+    Plan,
+    Unit(Unit),
+    /// Everything made of the landed units, whose pieces are in the output directory.
+    Stitch(Box<StitchInput>),
+}
+
+/// One unit of a plan: its frames on the constant-rate timeline the rungs are encoded at (the
+/// frame in slot `n` shown at `n / rate`) and its segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unit {
+    pub index: u32,
+    /// Its first frame's slot.
+    pub first_slot: i64,
+    /// The slot after its last frame; none for the last unit, which takes the video's end
+    /// whatever a container says of its duration.
+    pub end_slot: Option<i64>,
+    pub first_segment: u32,
+    pub segments: u32,
+}
+
+/// What the stitch is given: the plan's analysis of the source (no poster yet), each unit's
+/// tracks (tallest first, segments numbered from the unit's first) and the audio's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StitchInput {
+    pub analysis: VideoAnalysis,
+    pub units: Vec<Vec<Track>>,
+    pub audio: Option<Track>,
+}

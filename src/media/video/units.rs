@@ -1,0 +1,652 @@
+//! A long video as units: the same outputs as one run of the ladder, made in parts that can be
+//! encoded apart (on one worker one after another, or across the fleet: see `crate::units`).
+//!
+//! - [`plan`]: past the profile's `units_after_secs`, a streaming profile's video is cut into
+//!   units of `unit_segments` whole segments on the constant-rate timeline the rungs are
+//!   encoded at (the frame in slot `n` shown at `n / rate`), with [`super::plan`]: consecutive
+//!   units tile the frames exactly, and unit `i`'s segments keep the numbers a one-run encode
+//!   gives them.
+//! - [`encode`]: a unit decodes its range only (from a second before, see `transcode::Span`)
+//!   and encodes every rung with a keyframe and a closed GOP on its first frame and on each of
+//!   its segments' first frames, exactly its frames, cut into CMAF segments whose timestamps are
+//!   the video's own; it also writes its storyboard tiles and the poster candidates in its
+//!   range. A rung's init segment is the same from every unit (the same encoder settings).
+//! - [`audio`]: the audio, loudness measured and normalised over the whole program, encoded
+//!   once (no priming gap at a unit edge).
+//! - [`stitch`]: every rung's playlist from its units' measured segments (bandwidths over the
+//!   whole video), the master and the MPD; the progressive MP4s assembled from the segments
+//!   without encoding anything again; the storyboard sprite from the tiles; the poster chosen
+//!   among every unit's candidates. Entry points last, as in a one-run encode.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::ffprobe::VideoProbe;
+use super::plan::{self, TimeBase};
+use super::transcode::{self, Span, Streaming};
+use super::{WORK, encode, poster, storyboard, stream};
+use crate::contract::{Stage, Warning, WarningCode};
+use crate::media::control::{Control, Event};
+use crate::media::error::{MediaError, MediaFailure, at};
+use crate::media::output::{FileFormat, MediaOutput, ProducedFile, Role, Track, TrackId, names};
+use crate::media::part::{StitchInput, Unit};
+use crate::media::settings::MediaJob;
+
+/// The units of this video, or `None` when it is encoded in one run: a profile without
+/// streaming (segments are what units are made of), a video not longer than
+/// `units_after_secs`, or one whose duration is unknown.
+pub fn plan(job: &MediaJob, probe: &VideoProbe) -> Option<Vec<Unit>> {
+    let p = &job.profile;
+    if p.streaming.is_empty() || p.unit_segments == 0 {
+        return None;
+    }
+    let seconds = probe.duration?.as_secs_f64();
+    if seconds <= p.units_after_secs as f64 {
+        return None;
+    }
+    let (num, den) = rate(job, probe);
+    // The slots the video fills, short by a frame so that no unit starts past the end (the
+    // last unit takes whatever remains).
+    let slots = ((seconds * num as f64 / den as f64).floor() as i64 - 1).max(1);
+    let slots: Vec<i64> = (0..slots).collect();
+    let tb = TimeBase { num: den, den: num };
+    let units = plan::plan(&slots, tb, p.segment_secs, p.unit_segments).ok()?;
+    let count = units.len();
+    Some(
+        units
+            .into_iter()
+            .enumerate()
+            .map(|(i, u)| Unit {
+                index: u.index,
+                first_slot: u.first_pts,
+                end_slot: (i + 1 < count).then(|| u.first_pts + u.frames as i64),
+                first_segment: u.first_segment,
+                segments: u.segments,
+            })
+            .collect(),
+    )
+}
+
+/// The stream's frame rate as a fraction (see `stream::rational`).
+fn rate(job: &MediaJob, probe: &VideoProbe) -> (u32, u32) {
+    stream::rational(Streaming::new(job.profile.segment_secs, probe).frame_rate)
+}
+
+impl Unit {
+    fn span(&self, rate: (u32, u32)) -> Span {
+        let secs = |slot: i64| (slot as f64 - 0.5) * rate.1 as f64 / rate.0 as f64;
+        Span {
+            first_slot: self.first_slot,
+            end_slot: self.end_slot,
+            start_secs: secs(self.first_slot).max(0.0),
+            end_secs: self.end_slot.map(secs),
+            first_segment: self.first_segment,
+            // The last unit may hold a frame past the planned end: one more segment start.
+            segments: self.segments + self.end_slot.is_none() as u32,
+        }
+    }
+
+    /// Its time on the video's timeline, in seconds.
+    pub fn start_secs(&self, rate: (u32, u32)) -> f64 {
+        self.first_slot as f64 * rate.1 as f64 / rate.0 as f64
+    }
+}
+
+/// Where a unit writes its storyboard tiles and poster candidates (relative to the output
+/// directory): pieces kept for the stitch, not outputs.
+pub const PIECES: &str = "pieces";
+
+/// What a unit made: each rung's segments (numbered from the unit's first) and the files.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UnitOutput {
+    pub tracks: Vec<Track>,
+    pub files: Vec<ProducedFile>,
+}
+
+/// Encodes one unit into `out_dir` (segments under `hls/`, tiles and poster candidates under
+/// the work folder).
+pub fn encode_unit(
+    job: &MediaJob,
+    probe: &VideoProbe,
+    input: &Path,
+    out_dir: &Path,
+    unit: &Unit,
+    ctl: &mut Control,
+) -> Result<UnitOutput, MediaFailure> {
+    let profile = &job.profile;
+    let rate = rate(job, probe);
+    let span = unit.span(rate);
+    let rungs = transcode::plan(&profile.renditions, probe);
+    let stream = Streaming::new(profile.segment_secs, probe);
+    let board = profile
+        .storyboard
+        .as_ref()
+        .and_then(|s| storyboard::plan(s, probe));
+    let (frames, first_candidate) = candidates(job, probe, &span);
+    let outputs = transcode::Outputs {
+        rungs: &rungs,
+        progressive: false,
+        stream: Some(stream),
+        storyboard: board.as_ref(),
+        audio_filter: None,
+        frames: &frames,
+        frame_dir: Path::new(PIECES),
+        span: Some(span),
+        first_candidate,
+    };
+    std::fs::create_dir_all(out_dir.join(PIECES)).map_err(|e| at(Stage::Transform)(e.into()))?;
+    let seconds = unit.segments as f64 * profile.segment_secs as f64;
+    let limit = unit_time_limit(job, seconds, rungs.len());
+    // ffmpeg's progress times are not the unit's with `-copyts` (they count from the first
+    // timestamp of any output): the media time encoded is told once the unit is done.
+    let reported = encode(job, probe, input, &outputs, limit, out_dir, ctl, &mut || {})?;
+    let mut out = UnitOutput {
+        tracks: Vec::new(),
+        files: Vec::new(),
+    };
+    for r in &rungs {
+        let size = transcode::output_size(probe, r.height);
+        let id = TrackId::Video(r.height);
+        let first = unit.first_segment;
+        let fps = Some(stream.frame_rate);
+        let (track, files) = stream::read_pieces(out_dir, id, size, fps, first)
+            .map_err(|e| nothing_from(e, out_dir, id, unit, rate))
+            .map_err(at(Stage::Transform))?;
+        out.tracks.push(track);
+        out.files.extend(files);
+    }
+    out.files
+        .extend(pieces(out_dir).map_err(|e| at(Stage::Transform)(e.into()))?);
+    let rungs = rungs.len() as u32;
+    let encoded = out.tracks.first().map_or(0.0, Track::seconds) * rungs as f64;
+    let encoded = std::time::Duration::from_secs_f64(encoded);
+    ctl.emit(Event::Encoded(encoded.saturating_sub(reported * rungs)));
+    Ok(out)
+}
+
+/// A unit that wrote no segment where frames were planned: the source ends before its header
+/// says.
+fn nothing_from(
+    e: MediaError,
+    out_dir: &Path,
+    id: TrackId,
+    unit: &Unit,
+    rate: (u32, u32),
+) -> MediaError {
+    let first = names::segment(id, unit.first_segment);
+    match e {
+        MediaError::Transform(_) if !out_dir.join(names::STREAM_DIR).join(first).exists() => {
+            MediaError::Corrupt(format!(
+                "no frame from {:.1} s: the video ends before its header says",
+                unit.start_secs(rate)
+            ))
+        }
+        e => e,
+    }
+}
+
+/// The pictures a unit wrote for the stitch.
+fn pieces(out_dir: &Path) -> std::io::Result<Vec<ProducedFile>> {
+    let dir = out_dir.join(PIECES);
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(&dir)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        files.push(ProducedFile {
+            name: format!("{PIECES}/{name}"),
+            path: e.path(),
+            role: Role::Segment,
+            format: FileFormat::Piece,
+            width: 0,
+            height: 0,
+            size_bytes: e.metadata()?.len(),
+            duration_ms: None,
+            frames: None,
+            crop: None,
+            quality: None,
+        });
+    }
+    files.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(files)
+}
+
+/// How long a unit's run may take: as one run per rung over its seconds would.
+fn unit_time_limit(job: &MediaJob, seconds: f64, rungs: usize) -> std::time::Duration {
+    let per_rung = std::time::Duration::from_secs(job.video.timeout_base_secs)
+        + std::time::Duration::from_secs_f64(seconds * job.video.timeout_per_second.max(0.0));
+    per_rung * (rungs as u32).max(1)
+}
+
+/// The poster candidates in a unit's span and the number of its first.
+fn candidates(
+    job: &MediaJob,
+    probe: &VideoProbe,
+    span: &Span,
+) -> (Vec<std::time::Duration>, usize) {
+    if !job.profile.poster {
+        return (Vec::new(), 0);
+    }
+    let all = poster::candidate_times(probe.duration, job.video.poster_candidates);
+    let inside = |t: &std::time::Duration| {
+        let t = t.as_secs_f64();
+        t >= span.start_secs && span.end_secs.is_none_or(|e| t < e)
+    };
+    let first = all.iter().position(inside).unwrap_or(all.len());
+    let frames: Vec<_> = all.iter().copied().filter(inside).collect();
+    (frames, first)
+}
+
+/// The audio over the whole video, its loudness measured and normalised first: its stream
+/// track (segments from 0) and files. `None` without audio.
+pub fn audio(
+    job: &MediaJob,
+    probe: &VideoProbe,
+    input: &Path,
+    out_dir: &Path,
+    audio_filter: Option<&str>,
+    ctl: &mut Control,
+) -> Result<Option<(Track, Vec<ProducedFile>)>, MediaFailure> {
+    if probe.audio_codec.is_none() {
+        return Ok(None);
+    }
+    let rungs = [];
+    let outputs = transcode::Outputs {
+        rungs: &rungs,
+        progressive: false,
+        stream: Some(Streaming::new(job.profile.segment_secs, probe)),
+        storyboard: None,
+        audio_filter,
+        frames: &[],
+        frame_dir: Path::new(WORK),
+        span: None,
+        first_candidate: 0,
+    };
+    let limit = transcode::time_limit(&job.video, probe, job.limits.max_video_seconds);
+    encode(job, probe, input, &outputs, limit, out_dir, ctl, &mut || {})?;
+    let (track, files) = stream::read_pieces(out_dir, TrackId::Audio, (0, 0), None, 0)
+        .map_err(at(Stage::Transform))?;
+    Ok(Some((track, files)))
+}
+
+/// What the stitch made.
+pub struct Stitched {
+    pub files: Vec<ProducedFile>,
+    pub tracks: Vec<Track>,
+    pub warnings: Vec<Warning>,
+    pub poster_time: Option<std::time::Duration>,
+}
+
+/// Everything made of the units, in `out_dir` where they landed: `units[i]` is unit `i`'s
+/// tracks (tallest first), `audio` the whole video's.
+pub fn stitch(
+    job: &MediaJob,
+    probe: &VideoProbe,
+    out_dir: &Path,
+    units: &[Vec<Track>],
+    audio: Option<&Track>,
+    ctl: &mut Control,
+) -> Result<Stitched, MediaFailure> {
+    let fail = |e| at(Stage::Transform)(e);
+    let profile = &job.profile;
+    let mut warnings = Vec::new();
+    let mut files = Vec::new();
+    // Each rung's track over the whole video, its segments in order.
+    let mut video: Vec<Track> = Vec::new();
+    for (i, tracks) in units.iter().enumerate() {
+        for t in tracks {
+            match video.iter_mut().find(|v| v.id == t.id) {
+                Some(v) => v.segments.extend_from_slice(&t.segments),
+                None if i == 0 => video.push(t.clone()),
+                None => {
+                    return Err(fail(MediaError::Transform(format!(
+                        "unit {i} has a {} track the first unit has not",
+                        t.id
+                    ))));
+                }
+            }
+        }
+    }
+    video.sort_by_key(|t| std::cmp::Reverse(t.id));
+    let formats = &profile.streaming;
+    if formats.contains(&crate::media::settings::StreamingFormat::Hls) {
+        for t in video.iter().chain(audio) {
+            files.push(stream::write_media_playlist(out_dir, t).map_err(fail)?);
+        }
+    }
+    if profile.progressive {
+        for t in &video {
+            ctl.emit(Event::Stage(Stage::Transform));
+            files.push(assemble(job, out_dir, t, audio, ctl).map_err(fail)?);
+        }
+    }
+    if let Some(plan) = profile
+        .storyboard
+        .as_ref()
+        .and_then(|s| storyboard::plan(s, probe))
+    {
+        match sprite(job, out_dir, &plan, ctl) {
+            Ok(sprite) => files.extend(sprite),
+            Err(e) => warnings.push(Warning {
+                code: WarningCode::StoryboardFailed,
+                message: e.to_string(),
+            }),
+        }
+    }
+    let mut poster_time = None;
+    if profile.poster {
+        ctl.emit(Event::Stage(Stage::Analyze));
+        let frames = poster::candidate_times(probe.duration, job.video.poster_candidates);
+        let pieces = out_dir.join(PIECES);
+        let chosen = poster::Chooser::new(job, &frames, &pieces).finish();
+        ctl.emit(Event::Stage(Stage::Transform));
+        match chosen.and_then(|p| Ok((p.time, super::poster_outputs(job, &p, out_dir)?))) {
+            Ok((time, (outputs, mut more))) => {
+                poster_time = Some(time);
+                files.extend(outputs);
+                warnings.append(&mut more);
+            }
+            Err(e) => warnings.push(Warning {
+                code: WarningCode::PosterFailed,
+                message: e,
+            }),
+        }
+    }
+    let seconds = profile.segment_secs;
+    files.extend(stream::entry_points(out_dir, formats, &video, audio, seconds).map_err(fail)?);
+    Ok(Stitched {
+        files,
+        tracks: video,
+        warnings,
+        poster_time,
+    })
+}
+
+/// A rung's progressive MP4 from its segments and the audio's: the fragments concatenated as
+/// they are (one init segment, the media segments in order: a fragmented MP4 of the whole
+/// track) and remuxed, nothing encoded.
+fn assemble(
+    job: &MediaJob,
+    out_dir: &Path,
+    video: &Track,
+    audio: Option<&Track>,
+    ctl: &Control,
+) -> Result<ProducedFile, MediaError> {
+    let work = out_dir.join(WORK);
+    let whole = |t: &Track| -> Result<std::path::PathBuf, MediaError> {
+        let path = work.join(format!("{}.mp4", t.id));
+        let mut f = std::fs::File::create(&path)?;
+        let stream_dir = out_dir.join(names::STREAM_DIR);
+        let pieces = std::iter::once(names::init_segment(t.id))
+            .chain((0..t.segments.len() as u32).map(|n| names::segment(t.id, n)));
+        for p in pieces {
+            std::io::copy(&mut std::fs::File::open(stream_dir.join(p))?, &mut f)?;
+        }
+        Ok(path)
+    };
+    let v = whole(video)?;
+    let a = audio.map(whole).transpose()?;
+    let TrackId::Video(height) = video.id else {
+        return Err(MediaError::Transform("an audio track is no rung".into()));
+    };
+    let name = names::rendition(height);
+    let path = out_dir.join(&name);
+    std::fs::create_dir_all(path.parent().expect("in a folder"))?;
+    let mut cmd = std::process::Command::new(&job.video.ffmpeg);
+    cmd.args([
+        "-hide_banner",
+        "-nostdin",
+        "-v",
+        "error",
+        "-xerror",
+        "-y",
+        "-i",
+    ])
+    .arg(&v);
+    if let Some(a) = &a {
+        cmd.arg("-i").arg(a).args(["-map", "0:v", "-map", "1:a"]);
+    }
+    cmd.args(["-c", "copy", "-map_metadata", "-1", "-map_chapters", "-1"])
+        .args([
+            "-movflags",
+            "+faststart",
+            "-fflags",
+            "+bitexact",
+            "-f",
+            "mp4",
+        ])
+        .arg(&path);
+    let log = work.join("assemble.log");
+    let limit = std::time::Duration::from_secs(job.video.timeout_base_secs);
+    super::child::run(cmd, &log, limit, &ctl.cancel, &mut |_| {}).map_err(super::ffmpeg_error)?;
+    let _ = std::fs::remove_file(&v);
+    if let Some(a) = a {
+        let _ = std::fs::remove_file(a);
+    }
+    let (width, height) = (video.width, video.height);
+    Ok(ProducedFile {
+        name,
+        size_bytes: std::fs::metadata(&path)?.len(),
+        path,
+        role: crate::media::output::Role::Rendition,
+        format: crate::media::output::FileFormat::Mp4,
+        width,
+        height,
+        duration_ms: Some((video.seconds() * 1000.0).round() as u64),
+        frames: None,
+        crop: None,
+        quality: None,
+    })
+}
+
+/// The storyboard sprite laid out from the units' tiles, and its WebVTT.
+fn sprite(
+    job: &MediaJob,
+    out_dir: &Path,
+    plan: &storyboard::Plan,
+    ctl: &Control,
+) -> Result<Vec<ProducedFile>, MediaError> {
+    let work = out_dir.join(WORK);
+    let pieces = out_dir.join(PIECES);
+    let missing: Vec<u32> = (0..plan.count)
+        .filter(|k| !storyboard::tile_file(&pieces, format!("{k:05}")).exists())
+        .collect();
+    if !missing.is_empty() {
+        return Err(MediaError::Transform(format!(
+            "no frame for storyboard tiles {missing:?}"
+        )));
+    }
+    let mut cmd = std::process::Command::new(&job.video.ffmpeg);
+    cmd.args(["-hide_banner", "-nostdin", "-v", "error", "-y"])
+        .args(plan.sprite_args(&pieces))
+        .current_dir(out_dir);
+    let log = work.join("sprite.log");
+    let limit = std::time::Duration::from_secs(job.video.timeout_base_secs);
+    super::child::run(cmd, &log, limit, &ctl.cancel, &mut |_| {}).map_err(super::ffmpeg_error)?;
+    Ok(plan.files(out_dir)?)
+}
+
+/// A planned video on this worker: the audio, each unit in turn, then the stitch.
+pub fn run(
+    job: &MediaJob,
+    probe: &VideoProbe,
+    input: &Path,
+    out_dir: &Path,
+    units: &[Unit],
+    ctl: &mut Control,
+) -> Result<MediaOutput, MediaFailure> {
+    let planned = plan_part(job, probe, input, out_dir, units.to_vec(), ctl)?;
+    let mut tracks = Vec::new();
+    for unit in units {
+        tracks.push(encode_unit(job, probe, input, out_dir, unit, ctl)?.tracks);
+    }
+    let Some(crate::contract::Analysis::Video(analysis)) = planned.analysis else {
+        unreachable!("a plan analyses its video");
+    };
+    let input = StitchInput {
+        analysis,
+        units: tracks,
+        audio: planned.tracks.into_iter().next(),
+    };
+    let mut out = stitch_part(job, &input, out_dir, ctl);
+    // The pieces were the stitch's: not outputs.
+    let _ = std::fs::remove_dir_all(out_dir.join(PIECES));
+    if let Ok(out) = &mut out {
+        out.warnings.splice(0..0, planned.warnings);
+    }
+    out
+}
+
+/// The plan's part (`Part::Plan`): the loudness over the whole program and the audio, once;
+/// the output's `plan` lists the units to encode.
+pub fn plan_part(
+    job: &MediaJob,
+    probe: &VideoProbe,
+    input: &Path,
+    out_dir: &Path,
+    units: Vec<Unit>,
+    ctl: &mut Control,
+) -> Result<MediaOutput, MediaFailure> {
+    let rungs = transcode::plan(&job.profile.renditions, probe).len();
+    // As long as a one-run encode may take, and a unit's base time each.
+    let per_rung = transcode::time_limit(&job.video, probe, job.limits.max_video_seconds);
+    let base = std::time::Duration::from_secs(job.video.timeout_base_secs);
+    ctl.emit(Event::TimeLimit(
+        per_rung * (rungs as u32 + 2) + base * (units.len() as u32 + 2),
+    ));
+    let mut warnings = Vec::new();
+    let work = out_dir.join(WORK);
+    let loudness = super::loudness_of(job, probe, input, &work, per_rung, ctl, &mut warnings)?;
+    let filter = loudness
+        .as_ref()
+        .and_then(|(m, spec)| super::loudness::normalise(m, spec));
+    ctl.emit(Event::Stage(Stage::Transform));
+    let (tracks, files) = match audio(job, probe, input, out_dir, filter.as_deref(), ctl)? {
+        Some((track, files)) => (vec![track], files),
+        None => (Vec::new(), Vec::new()),
+    };
+    Ok(MediaOutput {
+        media_type: crate::contract::MediaType::Video,
+        files,
+        analysis: Some(super::analysis(probe, None, loudness)),
+        warnings,
+        tracks,
+        plan: Some(units),
+    })
+}
+
+/// A unit's part (`Part::Unit`): its segments, tiles and poster candidates.
+pub fn unit_part(
+    job: &MediaJob,
+    probe: &VideoProbe,
+    input: &Path,
+    out_dir: &Path,
+    unit: &Unit,
+    ctl: &mut Control,
+) -> Result<MediaOutput, MediaFailure> {
+    let rungs = transcode::plan(&job.profile.renditions, probe).len() as u32;
+    let seconds = unit.segments as f64 * job.profile.segment_secs as f64;
+    ctl.emit(Event::TimeLimit(
+        unit_time_limit(job, seconds, rungs as usize) * 2,
+    ));
+    ctl.emit(Event::Stage(Stage::Transform));
+    let out = encode_unit(job, probe, input, out_dir, unit, ctl)?;
+    Ok(MediaOutput {
+        media_type: crate::contract::MediaType::Video,
+        files: out.files,
+        analysis: None,
+        warnings: Vec::new(),
+        tracks: out.tracks,
+        plan: None,
+    })
+}
+
+/// The stitch's part (`Part::Stitch`), over the pieces in `out_dir`: every output of the video,
+/// the segments included (they go to their keys from here).
+pub fn stitch_part(
+    job: &MediaJob,
+    input: &StitchInput,
+    out_dir: &Path,
+    ctl: &mut Control,
+) -> Result<MediaOutput, MediaFailure> {
+    let probe = probe_of(&input.analysis);
+    let work = out_dir.join(WORK);
+    std::fs::create_dir_all(&work).map_err(|e| at(Stage::Transform)(e.into()))?;
+    // Copying every segment twice over, as long as a run over the video may take.
+    let limit = transcode::time_limit(&job.video, &probe, job.limits.max_video_seconds);
+    ctl.emit(Event::TimeLimit(limit));
+    ctl.emit(Event::Stage(Stage::Transform));
+    let stitched = stitch(
+        job,
+        &probe,
+        out_dir,
+        &input.units,
+        input.audio.as_ref(),
+        ctl,
+    );
+    let _ = std::fs::remove_dir_all(&work);
+    let stitched = stitched?;
+    let mut files = segment_files(out_dir, &stitched.tracks, input.audio.as_ref())
+        .map_err(|e| at(Stage::Transform)(e.into()))?;
+    files.extend(stitched.files);
+    let mut analysis = input.analysis.clone();
+    analysis.poster_time_ms = stitched.poster_time.map(|t| t.as_millis() as u64);
+    Ok(MediaOutput {
+        media_type: crate::contract::MediaType::Video,
+        files,
+        analysis: Some(crate::contract::Analysis::Video(analysis)),
+        warnings: stitched.warnings,
+        tracks: stitched.tracks,
+        plan: None,
+    })
+}
+
+/// Every init and media segment of `tracks` and `audio`, as files to upload.
+fn segment_files(
+    out_dir: &Path,
+    tracks: &[Track],
+    audio: Option<&Track>,
+) -> std::io::Result<Vec<ProducedFile>> {
+    let stream_dir = out_dir.join(names::STREAM_DIR);
+    let mut files = Vec::new();
+    for t in tracks.iter().chain(audio) {
+        let pieces = std::iter::once((names::init_segment(t.id), None))
+            .chain((0..t.segments.len() as u32).map(|n| (names::segment(t.id, n), Some(n))));
+        for (name, n) in pieces {
+            let path = stream_dir.join(&name);
+            files.push(ProducedFile {
+                name: names::in_stream(&name),
+                size_bytes: std::fs::metadata(&path)?.len(),
+                path,
+                role: Role::Segment,
+                format: FileFormat::Cmaf(t.id, n),
+                width: t.width,
+                height: t.height,
+                duration_ms: None,
+                frames: None,
+                crop: None,
+                quality: None,
+            });
+        }
+    }
+    Ok(files)
+}
+
+/// The facts of the source the stitch needs, from the plan's analysis (it has no source).
+fn probe_of(a: &crate::contract::VideoAnalysis) -> VideoProbe {
+    VideoProbe {
+        duration: a.duration_ms.map(std::time::Duration::from_millis),
+        width: a.width,
+        height: a.height,
+        rotation: a.rotation,
+        fps: a.fps,
+        video_codec: a.video_codec.clone(),
+        pix_fmt: String::new(),
+        audio_codec: a.audio_codec.clone(),
+        bitrate: a.bitrate,
+        hdr: a.hdr,
+        frames: None,
+        streams: 0,
+        demuxer: "mov",
+    }
+}

@@ -1,0 +1,211 @@
+//! Where a plan and its units live, beside the video's outputs in the output bucket:
+//!
+//! ```text
+//! {user_id}/videos/{media_id}/units/{plan_id}/plan.json                the plan
+//!                                            /pieces/...                what the plan and units made
+//!                                            /records/unit-00003.json   unit 3's (after its pieces)
+//!                                            /records/failed            a unit failed for good
+//!                                            /records/answered          the response is published
+//! ```
+//!
+//! `plan_id` is derived from the source object and version (its ETag), the profile's
+//! fingerprint (every setting that shapes the outputs and the worker's version, see
+//! `manifest::fingerprint`): a redelivered request finds the same plan and its landed units;
+//! a replaced source gets a plan of its own, so no stream mixes two versions.
+
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{
+    ErrorCode, MediaType, OptimizeRequest, SourceRef, Stage, VideoAnalysis, Warning,
+};
+use crate::media::part::Unit;
+use crate::media::track::Track;
+use crate::stages::upload;
+use crate::storage::{ObjectMeta, Storage, StorageError};
+
+/// Larger records are not ours.
+const MAX_RECORD_BYTES: u64 = 16 << 20;
+const JSON: ObjectMeta = ObjectMeta {
+    content_type: "application/json",
+    cache_control: "no-cache",
+};
+
+/// A plan's place in the output bucket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanRef {
+    pub bucket: String,
+    /// `{user_id}/videos/{media_id}/units/{plan_id}/`
+    pub prefix: String,
+}
+
+impl PlanRef {
+    pub fn new(bucket: &str, req: &OptimizeRequest, etag: &str, fingerprint: &str) -> PlanRef {
+        let id = crate::stages::manifest::fnv1a(&format!(
+            "{}|{}|{etag}|{fingerprint}",
+            req.source.bucket, req.source.key
+        ));
+        let units = upload::key(&req.user_id, MediaType::Video, &req.media_id, "units");
+        PlanRef {
+            bucket: bucket.to_owned(),
+            prefix: format!("{units}/{id}/"),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        self.prefix
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    pub fn plan_key(&self) -> String {
+        self.key("plan.json")
+    }
+
+    pub fn unit_key(&self, index: u32) -> String {
+        self.key(&format!("records/unit-{index:05}.json"))
+    }
+
+    pub fn failed_key(&self) -> String {
+        self.key("records/failed")
+    }
+
+    /// Where the records are (listed to find the landed units).
+    pub fn records(&self) -> String {
+        self.key("records/")
+    }
+
+    /// Where a piece (named as the media code names it, `hls/720p/seg-00003.m4s`) is kept.
+    pub fn piece_key(&self, name: &str) -> String {
+        self.key(&format!("pieces/{name}"))
+    }
+
+    pub fn answered_key(&self) -> String {
+        self.key("records/answered")
+    }
+
+    fn source(&self, key: String) -> SourceRef {
+        SourceRef {
+            bucket: self.bucket.clone(),
+            key,
+        }
+    }
+}
+
+/// The plan, as the worker that took the request made it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanRecord {
+    pub request: OptimizeRequest,
+    /// The source version the plan is for: a unit that finds another fails (`source_changed`).
+    pub source_etag: String,
+    pub source_size: u64,
+    pub units: Vec<Unit>,
+    /// The source's analysis (no poster yet), its loudness included.
+    pub analysis: VideoAnalysis,
+    pub audio: Option<Track>,
+    /// The audio's pieces, stored beside the plan.
+    pub pieces: Vec<String>,
+    pub warnings: Vec<Warning>,
+    pub fingerprint: String,
+}
+
+/// What became of one unit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnitRecord {
+    /// Its pieces are stored: each rung's segments (numbered from the unit's first) and the
+    /// storyboard tiles and poster candidates in its range.
+    Landed {
+        tracks: Vec<Track>,
+        pieces: Vec<String>,
+        /// The worker that encoded it (the fleet tests read it).
+        worker: String,
+    },
+    /// It failed for good: the request is answered with this, and no other unit is encoded.
+    Failed {
+        code: ErrorCode,
+        stage: Stage,
+        message: String,
+        /// Where in the video the unit starts, in seconds.
+        at_secs: f64,
+    },
+}
+
+pub async fn read<T: DeserializeOwned>(
+    storage: &dyn Storage,
+    at: &PlanRef,
+    key: String,
+) -> Result<Option<T>, StorageError> {
+    match storage.read(&at.source(key), MAX_RECORD_BYTES).await {
+        Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
+        Err(StorageError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes a record through a file in `scratch` (uploads take files).
+pub async fn write<T: Serialize>(
+    storage: &dyn Storage,
+    at: &PlanRef,
+    key: String,
+    record: &T,
+    scratch: &Path,
+) -> Result<(), StorageError> {
+    let path = scratch.join(format!("record-{}", crate::stages::manifest::fnv1a(&key)));
+    let json = serde_json::to_vec(record).expect("records serialise");
+    crate::scratch::write_record(&path, &json).await?;
+    let r = storage.upload(&at.bucket, &key, &path, &JSON).await;
+    let _ = tokio::fs::remove_file(&path).await;
+    r
+}
+
+/// The keys of a plan's records (units, `failed`, `answered`).
+pub async fn records(storage: &dyn Storage, at: &PlanRef) -> Result<Vec<String>, StorageError> {
+    storage.list(&at.bucket, &at.records()).await
+}
+
+/// The indexes of the units with a record.
+pub async fn recorded(storage: &dyn Storage, at: &PlanRef) -> Result<Vec<u32>, StorageError> {
+    let keys = records(storage, at).await?;
+    let prefix = at.records();
+    let mut indexes: Vec<u32> = keys
+        .iter()
+        .filter_map(|k| k.strip_prefix(&prefix)?.strip_prefix("unit-"))
+        .filter_map(|n| n.strip_suffix(".json")?.parse().ok())
+        .collect();
+    indexes.sort_unstable();
+    indexes.dedup();
+    Ok(indexes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_is_named_by_source_version_and_profile() {
+        let req: OptimizeRequest = serde_json::from_value(serde_json::json!({
+            "request_id": "r", "media_id": "m", "user_id": "u",
+            "source": {"bucket": "uploads", "key": "a.mp4"}
+        }))
+        .unwrap();
+        let a = PlanRef::new("media", &req, "\"e1\"", "f");
+        assert_eq!(a, PlanRef::new("media", &req, "\"e1\"", "f"));
+        assert!(a.prefix.starts_with("u/videos/m/units/") && a.prefix.ends_with('/'));
+        assert_eq!(a.id().len(), 16);
+        assert_ne!(a, PlanRef::new("media", &req, "\"e2\"", "f"));
+        assert_ne!(a, PlanRef::new("media", &req, "\"e1\"", "g"));
+        assert_eq!(
+            a.unit_key(3),
+            format!("{}records/unit-00003.json", a.prefix)
+        );
+    }
+}

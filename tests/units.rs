@@ -1,0 +1,387 @@
+//! A long video encoded as units against the same video in one run, through the same
+//! `media::process` the worker runs, read back with ffprobe, ffmpeg's `ssim`, Python's `m3u8`
+//! and an XML parser.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::stream::{decodes, first_packet, hls, playable, run};
+use media_worker::config::Settings;
+use media_worker::media::sniff::Container;
+use media_worker::media::video::{ffprobe, units};
+use media_worker::media::{self, Control, MediaJob, MediaOutput};
+
+const SEGMENT_SECS: u32 = 4;
+const UNIT_SEGMENTS: u32 = 3;
+/// Frames per unit of the 30 fps source.
+const UNIT_FRAMES: u64 = 30 * (SEGMENT_SECS * UNIT_SEGMENTS) as u64;
+
+/// The streaming profile; in units past `units_after_secs`.
+fn job(units_after_secs: u32) -> MediaJob {
+    media::init(1);
+    let settings = Settings::load_from(None, Vec::new()).unwrap();
+    let mut job = settings.media_job("streaming", None);
+    job.profile.units_after_secs = units_after_secs;
+    job.profile.unit_segments = UNIT_SEGMENTS;
+    job.profile.segment_secs = SEGMENT_SECS;
+    job
+}
+
+fn process(job: &MediaJob, input: &Path, out: &Path) -> MediaOutput {
+    media::process(job, input, out, &mut Control::new(&mut |_| {}))
+        .unwrap_or_else(|f| panic!("{}: {:?}", input.display(), f.error))
+}
+
+/// Every file under `dir`, relative to it (the work folder excluded).
+fn files(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p.strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    out.retain(|f| !f.starts_with('.') && !f.ends_with("ffmpeg.m3u8"));
+    out.sort();
+    out
+}
+
+fn bytes(dir: &Path, names: &[String]) -> u64 {
+    names
+        .iter()
+        .map(|n| std::fs::metadata(dir.join(n)).unwrap().len())
+        .sum()
+}
+
+/// The presentation times of the packets of the first stream of `kind`, sorted (ffprobe,
+/// nothing decoded).
+fn presentation_times(path: &Path, kind: &str) -> Vec<f64> {
+    let mut t: Vec<f64> = run(Command::new("ffprobe")
+        .args(["-v", "error", "-select_streams", kind])
+        .args(["-show_entries", "packet=pts_time", "-of", "csv=p=0"])
+        .arg(path))
+    .lines()
+    .map(str::trim)
+    .filter(|l| !l.is_empty())
+    .map(|l| l.trim_end_matches(',').parse().unwrap())
+    .collect();
+    t.sort_by(f64::total_cmp);
+    t
+}
+
+/// Per-frame SSIM (luma) of `encoded` against `source` scaled to its size.
+fn ssim_per_frame(encoded: &Path, source: &Path, scratch: &Path) -> Vec<f64> {
+    let stats = scratch.join(format!(
+        "ssim-{}.log",
+        encoded.to_string_lossy().replace('/', "_")
+    ));
+    run(Command::new("ffmpeg")
+        .args(["-v", "error", "-i"])
+        .arg(encoded)
+        .arg("-i")
+        .arg(source)
+        .arg("-lavfi")
+        .arg(format!(
+            "[1:v][0:v]scale2ref[s][e];[e][s]ssim=stats_file={}",
+            stats.display()
+        ))
+        .args(["-f", "null", "-"]));
+    std::fs::read_to_string(&stats)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let y = l.split_whitespace().find(|f| f.starts_with("Y:")).unwrap();
+            y[2..].parse().unwrap()
+        })
+        .collect()
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+/// A 2-minute 720p camera-like source (B-frames, audio) as units of 3 segments, against the
+/// same source in one run: the same files; every rung with the source's frames, timestamps
+/// increasing across every unit edge, a keyframe at the start of every segment at the same time
+/// in every rung; one continuous audio track; playlists and MPD that parse; every MP4 decoded
+/// with `-xerror`; within 3 % of the one run's bytes, its mean SSIM within 0.002 and the frames
+/// either side of each unit edge within 0.01.
+#[test]
+fn units_stitch_into_what_one_run_makes() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = common::synthetic::camera_like_video(dir.path(), 120, 1280, 720);
+    let source_frames = decodes(&source);
+    assert_eq!(source_frames, 3600);
+
+    let (one, split) = (dir.path().join("one"), dir.path().join("units"));
+    let units_job = job(60);
+    let probe = ffprobe::run(
+        &units_job.video,
+        &source,
+        Container::IsoBmff,
+        &dir.path().join("ffprobe.log"),
+        &Default::default(),
+    )
+    .unwrap();
+    let plan = units::plan(&units_job, &probe).expect("planned as units");
+    assert_eq!(plan.len(), 10, "{plan:?}");
+    assert!(units::plan(&job(600), &probe).is_none());
+    let out_units = process(&units_job, &source, &split);
+    let out_one = process(&job(600), &source, &one);
+
+    // The same files.
+    let (names, names_one) = (files(&split), files(&one));
+    assert_eq!(names, names_one);
+    assert_eq!(
+        out_units
+            .files
+            .iter()
+            .map(|f| f.name.clone())
+            .collect::<std::collections::BTreeSet<_>>(),
+        out_one
+            .files
+            .iter()
+            .map(|f| f.name.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+
+    // Every rung's MP4: the source's frames, presented in strictly increasing order, one
+    // audio track without a gap.
+    let rungs = ["720p", "480p", "360p", "234p"];
+    for r in rungs {
+        let mp4 = split.join(format!("mp4/{r}.mp4"));
+        assert_eq!(decodes(&mp4), source_frames, "{r}");
+        let t = presentation_times(&mp4, "v:0");
+        assert!(t.windows(2).all(|w| w[1] > w[0]), "{r}: not increasing");
+        let streams = run(Command::new("ffprobe")
+            .args(["-v", "error", "-show_entries", "stream=codec_type"])
+            .args(["-of", "csv=p=0"])
+            .arg(&mp4));
+        assert_eq!(streams.lines().filter(|l| *l == "audio").count(), 1);
+        let a = presentation_times(&mp4, "a:0");
+        let gap = a.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
+        assert!(gap < 0.03, "{r}: a {gap} s gap in the audio");
+        assert!((a.last().unwrap() - t.last().unwrap()).abs() < 0.1);
+    }
+
+    // The segments: a keyframe first, at the same time in every rung, each segment's frames
+    // after the last one's.
+    let stream = split.join("hls");
+    let master = hls(&stream.join("master.m3u8"));
+    let variants = master["variants"].as_array().unwrap();
+    assert_eq!(variants.len(), 4);
+    let mut starts: Vec<Vec<f64>> = Vec::new();
+    for v in variants {
+        let uri = v["uri"].as_str().unwrap();
+        let rung = uri.split('/').next().unwrap();
+        let segments = v["playlist"]["segments"].as_array().unwrap();
+        assert_eq!(segments.len(), 30, "{uri}");
+        let mut last = f64::MIN;
+        let mut rung_starts = Vec::new();
+        for s in segments {
+            let seg = playable(
+                &stream.join(rung),
+                "init.mp4",
+                s["uri"].as_str().unwrap(),
+                dir.path(),
+            );
+            let (pts, key) = first_packet(&seg);
+            assert!(key, "{uri} {s}: no keyframe first");
+            let t = presentation_times(&seg, "v:0");
+            assert!(
+                t.windows(2).all(|w| w[1] > w[0]) && t[0] > last,
+                "{uri} {s}"
+            );
+            last = *t.last().unwrap();
+            rung_starts.push(pts);
+        }
+        starts.push(rung_starts);
+    }
+    assert!(starts.windows(2).all(|w| w[0] == w[1]), "{starts:?}");
+    // The audio, encoded once over the whole video: as in the one run.
+    let audio = |d: &Path| std::fs::read_to_string(d.join("hls/audio/index.m3u8")).unwrap();
+    assert_eq!(audio(&split), audio(&one));
+    let audio_segments = master["audio"][0]["playlist"]["segments"]
+        .as_array()
+        .unwrap()
+        .len();
+
+    // The MPD: XML with a timeline entry per segment for each representation, and ffprobe
+    // opens it.
+    let reps = run(Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sys, xml.etree.ElementTree as E
+ns = {'d': 'urn:mpeg:dash:schema:mpd:2011'}
+root = E.parse(sys.argv[1]).getroot()
+for r in root.iterfind('.//d:Representation', ns):
+    print(r.get('id'), sum(1 + int(s.get('r', 0)) for s in r.iterfind('.//d:S', ns)))",
+        )
+        .arg(stream.join("manifest.mpd")));
+    let audio_rep = format!("audio {audio_segments}");
+    assert_eq!(
+        reps.lines().collect::<Vec<_>>(),
+        ["720p 30", "480p 30", "360p 30", "234p 30", &audio_rep]
+    );
+    let streams = run(Command::new("ffprobe")
+        .args(["-v", "error", "-show_entries", "stream=codec_type,height"])
+        .args(["-of", "csv=p=0"])
+        .arg(stream.join("manifest.mpd")));
+    let heights: std::collections::BTreeSet<&str> = streams
+        .lines()
+        .filter_map(|l| l.strip_prefix("video,"))
+        .collect();
+    assert_eq!(heights.len(), 4, "{streams}");
+
+    // Against the one run: bytes, SSIM over the video and at each unit edge.
+    let (b, b_one) = (bytes(&split, &names), bytes(&one, &names));
+    let ratio = b as f64 / b_one as f64;
+    assert!((0.97..=1.03).contains(&ratio), "{b} vs {b_one} bytes");
+    let top = |d: &PathBuf| d.join("mp4/720p.mp4");
+    let s = ssim_per_frame(&top(&split), &source, dir.path());
+    let s_one = ssim_per_frame(&top(&one), &source, dir.path());
+    assert_eq!((s.len(), s_one.len()), (3600, 3600));
+    let (m, m_one) = (mean(&s), mean(&s_one));
+    assert!((m - m_one).abs() <= 0.002, "mean SSIM {m} vs {m_one}");
+    for edge in (1..10).map(|u| (u * UNIT_FRAMES) as usize) {
+        for f in [edge - 1, edge] {
+            assert!(
+                (s[f] - s_one[f]).abs() <= 0.01,
+                "frame {f}: SSIM {} vs {}",
+                s[f],
+                s_one[f]
+            );
+        }
+    }
+    eprintln!(
+        "units: {b} bytes ({ratio:.4} of one run), mean SSIM {m:.5} vs {m_one:.5}, \
+         poster {:?} vs {:?}",
+        out_units
+            .analysis
+            .as_ref()
+            .and_then(|a| a.video())
+            .map(|v| v.poster_time_ms),
+        out_one
+            .analysis
+            .as_ref()
+            .and_then(|a| a.video())
+            .map(|v| v.poster_time_ms),
+    );
+}
+
+/// The keys of a response's outputs, relative to the media's folder.
+fn output_names(
+    r: &media_worker::contract::OptimizeResponse,
+) -> std::collections::BTreeSet<String> {
+    r.outputs
+        .iter()
+        .map(|o| o.key.splitn(4, '/').nth(3).unwrap().to_owned())
+        .collect()
+}
+
+/// Through the fleet: three workers on Apache Kafka and s3s-fs, a 3-minute video as units on
+/// the unit topic. Its units are encoded by more than one worker (their logs say so), the
+/// request gets one response, completed, whose outputs are those `media-worker process` makes
+/// of the same file, and its stream plays from S3 (every segment fetched and decoded).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_video_is_encoded_by_the_fleet_and_answered_once() {
+    let stack = common::Stack::start(3).await;
+    let unit_topic = stack.own("media.optimize.units");
+    stack.broker.create_topic(&unit_topic, 6);
+    let dir = tempfile::tempdir().unwrap();
+    let source = common::synthetic::camera_like_video(dir.path(), 180, 640, 360);
+    stack.upload_file("long.mp4", &source).await;
+
+    let mut env = stack.worker_env("units");
+    env.insert("KAFKA_UNIT_TOPIC".into(), unit_topic.clone());
+    env.insert("WORKER_POOL_SIZE".into(), "1".into());
+    let workers: Vec<common::Worker> = (0..3)
+        .map(|i| {
+            let mut env = env.clone();
+            env.insert("WORKER_ID".into(), format!("worker-{i}"));
+            common::Worker::start(&env)
+        })
+        .collect();
+    for w in &workers {
+        w.ready().await;
+    }
+    let responses = stack.responses();
+    let mut req = common::request("long", "long.mp4");
+    req.profile = Some("streaming".into());
+    stack.send(&req).await;
+    let r = responses
+        .next(Duration::from_secs(600))
+        .expect("a response");
+    assert_eq!(
+        r.body.status,
+        media_worker::contract::Status::Completed,
+        "{:?}",
+        r.body.error
+    );
+    // Every task was taken: the plan's units and its stitch.
+    let landed: Vec<usize> = workers
+        .iter()
+        .map(|w| w.log().matches("unit landed").count())
+        .collect();
+    let plan_units = 180 / 8 + 1;
+    assert_eq!(landed.iter().sum::<usize>(), plan_units, "{landed:?}");
+    assert!(
+        landed.iter().filter(|&&n| n > 0).count() >= 2,
+        "units encoded by one worker only: {landed:?}"
+    );
+    assert!(
+        responses.next(Duration::from_secs(5)).is_none(),
+        "a second response"
+    );
+
+    // The same outputs as one run of `media-worker process` over the file.
+    let local = dir.path().join("local");
+    let out = Command::new(env!("CARGO_BIN_EXE_media-worker"))
+        .args(["process", "--profile", "streaming", "--out"])
+        .arg(&local)
+        .arg(&source)
+        .env("MEDIA_WORKER_PROFILES__STREAMING__UNITS_AFTER_SECS", "600")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let one: media_worker::contract::OptimizeResponse =
+        serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(output_names(&r.body), output_names(&one));
+
+    // The stream as a player fetches it from S3: every playlist and segment there, decoded.
+    let master = r
+        .body
+        .outputs
+        .iter()
+        .find(|o| o.key.ends_with("hls/master.m3u8"))
+        .unwrap();
+    let fetched = dir.path().join("fetched");
+    let n = stack.fetch_hls(&master.key, &fetched).await;
+    assert!(n > 3 * 23, "{n} objects");
+    let playlist = hls(&fetched.join("master.m3u8"));
+    for v in playlist["variants"].as_array().unwrap() {
+        let uri = v["uri"].as_str().unwrap();
+        let rung = uri.split('/').next().unwrap();
+        for s in v["playlist"]["segments"].as_array().unwrap() {
+            let seg = playable(
+                &fetched.join(rung),
+                "init.mp4",
+                s["uri"].as_str().unwrap(),
+                dir.path(),
+            );
+            assert!(decodes(&seg) > 0);
+        }
+    }
+}
