@@ -2,14 +2,16 @@
 //! transform → upload → manifest ([`runner`]), with retries of transient failures, to its
 //! response ([`response`]). The message task (`worker::task`) validates before and publishes after. The
 //! lifecycle is explicit (stage, phase, attempt, [`Failure`]) because the response, the metrics
-//! and `/jobs` (`registry`) report it.
+//! and `/jobs` (`registry`) report it. A long video's plan, units and stitch are jobs too
+//! ([`role`], `units`; the protocol is `crate::units`).
 
 pub mod response;
+mod role;
 mod runner;
 mod services;
 mod units;
 
 pub use response::{Failure, Partial};
-pub use runner::{Answer, JobRunner};
+pub use role::{Answer, As};
+pub use runner::JobRunner;
 pub use services::{Services, executor, services, worker_info};
-pub use units::As;

@@ -24,8 +24,8 @@ use crate::stages::{download, upload};
 use crate::storage::{Head, StorageError};
 
 use super::response::{self, Done, Ending, Failure, Partial};
+use super::role::{Answer, As, Handing};
 use super::services::Services;
-use super::units::{As, Handing};
 use crate::media::part::Part;
 
 #[derive(Clone)]
@@ -43,13 +43,6 @@ pub struct JobRunner {
     /// Where a long video's units go (`kafka.unit_topic`): without it, a long video's units
     /// are encoded by the job that took it, one after another.
     dispatch: Option<Arc<dyn crate::units::Dispatch>>,
-}
-
-/// What a job ended with.
-pub enum Answer {
-    Respond(Box<OptimizeResponse>),
-    /// Nothing to publish: handed on (see `crate::units`).
-    HandedOff,
 }
 
 impl JobRunner {
@@ -553,10 +546,13 @@ impl JobRunner {
             tracing::info!(job = job.id(), renditions = ?media_job.resume,
                 "renditions uploaded by an earlier attempt are not made again");
         }
-        let mut media = self
-            .native(job, media_job, scratch, cancel)
+        let media = self
+            .native(job, media_job, scratch, cancel, role)
             .await
             .map_err(|f| (f, partial(&scan)))?;
+        let Some(mut media) = media else {
+            return Ok(super::units::handed_off(&source));
+        };
 
         if let As::Unit { plan, unit, .. } = role {
             return self.land_unit(plan, *unit, media, scratch.path()).await;
@@ -596,7 +592,8 @@ impl JobRunner {
         media_job: crate::media::MediaJob,
         scratch: &ScratchDir,
         cancel: &CancellationToken,
-    ) -> Result<crate::media::MediaOutput, Failure> {
+        role: &As,
+    ) -> Result<Option<crate::media::MediaOutput>, Failure> {
         let svc = &self.svc;
         // MEDIA_TIMEOUT_SECS, or what the media code announces once it knows (a video's limit
         // follows its duration).
@@ -612,12 +609,21 @@ impl JobRunner {
             .acquire_owned()
             .await
             .expect("pool is never closed");
+        // A unit another worker landed while this one waited (its task sent twice: a request
+        // redelivered after it sent them) is not encoded again.
+        if let As::Unit { plan, unit, .. } = role
+            && self.unit_landed(plan, unit.index).await
+        {
+            tracing::info!(plan = plan.id(), unit = unit.index, "unit already landed");
+            return Ok(None);
+        }
         let hold = (permit, svc.metrics.busy_permit());
         let clock = StageClock::new(job.clone(), svc.metrics.clone());
         let on_event = Box::new(move |e| clock.on(e));
         self.media
             .run(work, cancel.clone(), on_event, hold)
             .await
+            .map(Some)
             .map_err(|f| f.into::<JobError>())
     }
 

@@ -12,7 +12,8 @@ use futures_util::{StreamExt, TryStreamExt, stream};
 use tokio_util::sync::CancellationToken;
 
 use super::response::{self, Done, Ending, Failure, Partial};
-use super::runner::{Answer, JobRunner};
+use super::role::{Answer, As, Handing};
+use super::runner::JobRunner;
 use crate::contract::{Analysis, MediaType, OptimizeRequest, OptimizeResponse, SourceInfo, Stage};
 use crate::error::JobError;
 use crate::media::MediaOutput;
@@ -25,30 +26,6 @@ use crate::units::store::{self, PlanRecord, UnitRecord};
 use crate::units::{Dispatch, PlanRef, Task};
 
 const PARALLEL_TRANSFERS: usize = 8;
-
-/// What a job is to a long video.
-pub enum As {
-    /// A request (planned, and handed on when the runner has a dispatch).
-    Request,
-    Unit {
-        plan: PlanRef,
-        record: Box<PlanRecord>,
-        unit: Unit,
-    },
-    Stitch {
-        plan: PlanRef,
-        record: Box<PlanRecord>,
-        units: Vec<UnitRecord>,
-    },
-}
-
-/// A request whose media job came back planned.
-pub struct Handing<'a> {
-    pub req: &'a OptimizeRequest,
-    pub source: &'a SourceInfo,
-    pub fingerprint: &'a str,
-    pub units: Vec<Unit>,
-}
 
 impl JobRunner {
     /// A task from the unit topic: nothing to publish (a unit), or the request's response (the
@@ -80,6 +57,16 @@ impl JobRunner {
             }
             None => self.stitch_task(plan, record, job).await,
         }
+    }
+
+    /// Whether unit `index` of `plan` has a record.
+    pub(super) async fn unit_landed(&self, plan: &PlanRef, index: u32) -> bool {
+        let storage = &*self.services().storage;
+        let at = crate::contract::SourceRef {
+            bucket: plan.bucket.clone(),
+            key: plan.unit_key(index),
+        };
+        storage.head(&at).await.is_ok()
     }
 
     /// The plan's response is published: a later stitch task publishes nothing.
@@ -130,6 +117,7 @@ impl JobRunner {
                 // Only a failure answers a unit: recorded, and the stitch answers with it.
                 let Some(e) = r.error else { return };
                 let failed = UnitRecord::Failed {
+                    index,
                     code: e.code,
                     stage: e.stage,
                     message: e.message,
@@ -146,7 +134,7 @@ impl JobRunner {
                         "the unit's failure could not be recorded");
                     return;
                 }
-                tracing::warn!(plan = plan.id(), unit = index, "unit failed for good");
+                tracing::warn!(plan = plan.id(), unit = index, error = ?failed, "unit failed for good");
                 self.send_stitch(plan).await;
                 return;
             }
@@ -180,38 +168,20 @@ impl JobRunner {
         job: &JobHandle,
     ) -> Option<OptimizeResponse> {
         let storage = &*self.services().storage;
-        let mut units = Vec::with_capacity(record.units.len());
-        for i in 0..record.units.len() as u32 {
-            match store::read::<UnitRecord>(storage, plan, plan.unit_key(i)).await {
-                Ok(Some(u)) => units.push(u),
-                Ok(None) | Err(_) => {
-                    tracing::warn!(
-                        plan = plan.id(),
-                        unit = i,
-                        "stitch before unit landed: dropped"
-                    );
-                    return None;
-                }
-            }
-        }
         let req = record.request.clone();
-        if let Some((index, u)) = units.iter().enumerate().find_map(|(i, u)| match u {
-            UnitRecord::Failed { .. } => Some((i, u)),
-            UnitRecord::Landed { .. } => None,
-        }) {
-            let UnitRecord::Failed {
-                code,
-                stage,
-                message,
-                at_secs,
-            } = u.clone()
-            else {
-                unreachable!()
-            };
+        // A unit failed for good: its failure is the answer (the units after it were skipped).
+        if let Ok(Some(UnitRecord::Failed {
+            index,
+            code,
+            stage,
+            message,
+            at_secs,
+        })) = store::read(storage, plan, plan.failed_key()).await
+        {
             let failure = Failure {
                 stage,
                 error: JobError::UnitFailed {
-                    index: index as u32,
+                    index,
                     at_secs,
                     code,
                     message,
@@ -229,6 +199,20 @@ impl JobRunner {
                 1,
                 Instant::now(),
             ));
+        }
+        let mut units = Vec::with_capacity(record.units.len());
+        for i in 0..record.units.len() as u32 {
+            match store::read::<UnitRecord>(storage, plan, plan.unit_key(i)).await {
+                Ok(Some(u @ UnitRecord::Landed { .. })) => units.push(u),
+                _ => {
+                    tracing::warn!(
+                        plan = plan.id(),
+                        unit = i,
+                        "stitch before unit landed: dropped"
+                    );
+                    return None;
+                }
+            }
         }
         let role = As::Stitch {
             plan: plan.clone(),
@@ -392,6 +376,13 @@ impl JobRunner {
             scan: None,
         };
         let out_dir = scratch.out_dir();
+        // The stitch reads no source; the sandbox grants access to the job's input all the same.
+        tokio::fs::write(scratch.source(), b"").await.map_err(|e| {
+            (
+                Failure::at(Stage::Download)(StorageError::from(e)),
+                partial(),
+            )
+        })?;
         let names = record
             .pieces
             .iter()
@@ -424,9 +415,10 @@ impl JobRunner {
             audio: record.audio.clone(),
         }));
         let mut media = self
-            .native(job, media_job, scratch, cancel)
+            .native(job, media_job, scratch, cancel, role)
             .await
-            .map_err(|f| (f, partial()))?;
+            .map_err(|f| (f, partial()))?
+            .expect("only a unit is skipped");
         media.warnings.splice(0..0, record.warnings.iter().cloned());
         debug_assert_eq!(media.media_type, MediaType::Video);
         let fingerprint = record.fingerprint.clone();
@@ -436,7 +428,7 @@ impl JobRunner {
     }
 }
 
-fn handed_off(source: &SourceInfo) -> Done {
+pub(super) fn handed_off(source: &SourceInfo) -> Done {
     Done {
         produced: Produced {
             media_type: MediaType::Video,

@@ -415,7 +415,7 @@ impl BestEffort {
     }
 }
 
-/// Unit tasks (see `crate::units`): each acknowledged by the broker before `send` returns,
+/// A long video's unit tasks (`kafka.unit_topic`): each acknowledged by the broker before `send` returns,
 /// with the responses' durability (idempotent, all replicas).
 pub struct TaskSender {
     producer: FutureProducer,
@@ -431,16 +431,14 @@ impl TaskSender {
     }
 }
 
-#[async_trait::async_trait]
-impl crate::units::Dispatch for TaskSender {
-    async fn send(&self, task: &crate::units::Task) -> Result<(), String> {
-        let payload = serde_json::to_vec(task).expect("tasks serialise");
-        let key = task.key();
-        let record = FutureRecord::to(&self.topic).key(&key).payload(&payload);
+impl TaskSender {
+    /// One task, acknowledged by the broker (or failed) within 30 s.
+    pub async fn send(&self, key: &str, payload: &[u8]) -> Result<(), KafkaError> {
+        let record = FutureRecord::to(&self.topic).key(key).payload(payload);
         self.producer
             .send(record, Timeout::After(Duration::from_secs(30)))
             .await
             .map(|_| ())
-            .map_err(|(e, _)| e.to_string())
+            .map_err(|(e, _)| e)
     }
 }

@@ -43,9 +43,18 @@ pub enum FileFormat {
     /// A DASH MPD.
     Dash,
     WebVtt,
-    /// A picture a unit of a long video keeps for the stitch (a storyboard tile, a poster
-    /// candidate): stored beside its plan, never an output.
-    Piece,
+    /// A picture a unit of a long video keeps for the stitch: stored beside its plan, never
+    /// an output.
+    Piece(Piece),
+}
+
+/// See [`FileFormat::Piece`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Piece {
+    /// Storyboard tile `k`.
+    Tile(u32),
+    /// Poster candidate `i`.
+    Candidate(u32),
 }
 
 impl FileFormat {
@@ -57,7 +66,7 @@ impl FileFormat {
             Self::Hls(_) => "hls",
             Self::Dash => "dash",
             Self::WebVtt => "vtt",
-            Self::Piece => "png",
+            Self::Piece(_) => "png",
         }
     }
     pub fn content_type(self) -> &'static str {
@@ -68,7 +77,7 @@ impl FileFormat {
             Self::Hls(_) => "application/vnd.apple.mpegurl",
             Self::Dash => "application/dash+xml",
             Self::WebVtt => "text/vtt",
-            Self::Piece => "image/png",
+            Self::Piece(_) => "image/png",
         }
     }
 }
@@ -193,6 +202,15 @@ pub mod names {
         image("storyboard", format)
     }
     pub const STORYBOARD_VTT: &str = "storyboard.vtt";
+    /// Where a unit of a long video writes its pictures for the stitch.
+    pub const PIECES: &str = "pieces";
+    /// `pieces/tile-00012.png`, `pieces/frame-3.png`
+    pub fn piece(p: super::Piece) -> String {
+        match p {
+            super::Piece::Tile(k) => format!("{PIECES}/tile-{k:05}.png"),
+            super::Piece::Candidate(i) => format!("{PIECES}/frame-{i}.png"),
+        }
+    }
 }
 
 /// The name a file `f` of `job` has, from its role, format and size alone (never from the name
@@ -251,6 +269,18 @@ pub fn expected_name(job: &super::MediaJob, f: &ProducedFile) -> Option<String> 
         }
         (Role::Storyboard, FileFormat::WebVtt) if profile.storyboard.is_some() => {
             Some(names::STORYBOARD_VTT.to_owned())
+        }
+        // A unit's pictures for the stitch.
+        (Role::Segment, FileFormat::Piece(p)) if matches!(job.part, super::part::Part::Unit(_)) => {
+            match p {
+                Piece::Tile(k) if profile.storyboard.is_some_and(|s| k < s.max_tiles) => {
+                    Some(names::piece(p))
+                }
+                Piece::Candidate(i) if profile.poster && i < job.video.poster_candidates => {
+                    Some(names::piece(p))
+                }
+                _ => None,
+            }
         }
         _ => None,
     }

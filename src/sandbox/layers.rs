@@ -387,6 +387,21 @@ pub fn grant(input: &Path, writable: &[&Path]) -> io::Result<()> {
     for dir in writable {
         std::fs::create_dir_all(dir)?;
         own(dir, SANDBOX_ID, 0o700)?;
+        // What the worker put there for the job (a long video's pieces, for its stitch) is
+        // the job's to read and replace.
+        let mut pending = vec![dir.to_path_buf()];
+        while let Some(d) = pending.pop() {
+            for e in std::fs::read_dir(&d)? {
+                let p = e?.path();
+                let meta = std::fs::symlink_metadata(&p)?;
+                if meta.is_dir() {
+                    own(&p, SANDBOX_ID, 0o700)?;
+                    pending.push(p);
+                } else if meta.is_file() {
+                    own(&p, SANDBOX_ID, 0o600)?;
+                }
+            }
+        }
     }
     Ok(())
 }

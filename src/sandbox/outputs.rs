@@ -31,8 +31,8 @@ pub fn max_files(job: &crate::media::MediaJob) -> usize {
     MAX_FILES + tracks * (crate::media::output::max_segments(job) as usize + 2)
 }
 
-/// More bytes than any job makes (a 10-minute 4K ladder is under 4 GiB).
-pub const MAX_TOTAL_BYTES: u64 = 16 << 30;
+/// More bytes than any job makes (the capped ladder of a four-hour video is under 20 GiB).
+pub const MAX_TOTAL_BYTES: u64 = 64 << 30;
 
 /// `output` as the worker will upload it, or the job's failure (`media_crashed`: a child that
 /// names files it may not is not a decoder error of the input).

@@ -131,6 +131,7 @@ pub enum UnitRecord {
     },
     /// It failed for good: the request is answered with this, and no other unit is encoded.
     Failed {
+        index: u32,
         code: ErrorCode,
         stage: Stage,
         message: String,

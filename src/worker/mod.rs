@@ -62,7 +62,7 @@ impl Intake {
         let mut runner = JobRunner::new(svc.clone(), shutdown.clone());
         if let Some(topic) = settings.kafka.unit_topic() {
             let sender = crate::kafka::producer::TaskSender::new(&settings.kafka, topic)?;
-            runner = runner.with_dispatch(Arc::new(sender));
+            runner = runner.with_dispatch(Arc::new(UnitTasks(sender)));
         }
         let ctx = Arc::new(Ctx {
             runner,
@@ -72,6 +72,18 @@ impl Intake {
             progress,
         });
         Ok((Intake { source, ctx }, deliveries))
+    }
+}
+
+/// A long video's units, sent to the unit topic (see `crate::units`).
+struct UnitTasks(crate::kafka::producer::TaskSender);
+
+#[async_trait::async_trait]
+impl crate::units::Dispatch for UnitTasks {
+    async fn send(&self, task: &crate::units::Task) -> Result<(), String> {
+        let payload = serde_json::to_vec(task).expect("tasks serialise");
+        let sent = self.0.send(&task.key(), &payload).await;
+        sent.map_err(|e| e.to_string())
     }
 }
 

@@ -22,14 +22,17 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::encode::{WORK, analysis, encode, ffmpeg_error, loudness_of, poster_outputs};
 use super::ffprobe::VideoProbe;
 use super::plan::{self, TimeBase};
 use super::transcode::{self, Span, Streaming};
-use super::{WORK, encode, poster, storyboard, stream};
+use super::{poster, storyboard, stream};
 use crate::contract::{Stage, Warning, WarningCode};
 use crate::media::control::{Control, Event};
 use crate::media::error::{MediaError, MediaFailure, at};
-use crate::media::output::{FileFormat, MediaOutput, ProducedFile, Role, Track, TrackId, names};
+use crate::media::output::{
+    FileFormat, MediaOutput, Piece, ProducedFile, Role, Track, TrackId, names,
+};
 use crate::media::part::{StitchInput, Unit};
 use crate::media::settings::MediaJob;
 
@@ -95,7 +98,7 @@ impl Unit {
 
 /// Where a unit writes its storyboard tiles and poster candidates (relative to the output
 /// directory): pieces kept for the stitch, not outputs.
-pub const PIECES: &str = "pieces";
+const PIECES: &str = names::PIECES;
 
 /// What a unit made: each rung's segments (numbered from the unit's first) and the files.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -186,18 +189,29 @@ fn nothing_from(
     }
 }
 
-/// The pictures a unit wrote for the stitch.
+/// The pictures a unit wrote for the stitch: tiles and candidates, by their numbers.
 fn pieces(out_dir: &Path) -> std::io::Result<Vec<ProducedFile>> {
     let dir = out_dir.join(PIECES);
     let mut files = Vec::new();
     for e in std::fs::read_dir(&dir)? {
         let e = e?;
         let name = e.file_name().to_string_lossy().into_owned();
+        let number = |prefix: &str| {
+            name.strip_prefix(prefix)?
+                .strip_suffix(".png")?
+                .parse::<u32>()
+                .ok()
+        };
+        let piece = match (number("tile-"), number("frame-")) {
+            (Some(k), _) => Piece::Tile(k),
+            (_, Some(i)) => Piece::Candidate(i),
+            _ => continue,
+        };
         files.push(ProducedFile {
-            name: format!("{PIECES}/{name}"),
+            name: names::piece(piece),
             path: e.path(),
             role: Role::Segment,
-            format: FileFormat::Piece,
+            format: FileFormat::Piece(piece),
             width: 0,
             height: 0,
             size_bytes: e.metadata()?.len(),
@@ -340,7 +354,7 @@ pub fn stitch(
         let pieces = out_dir.join(PIECES);
         let chosen = poster::Chooser::new(job, &frames, &pieces).finish();
         ctl.emit(Event::Stage(Stage::Transform));
-        match chosen.and_then(|p| Ok((p.time, super::poster_outputs(job, &p, out_dir)?))) {
+        match chosen.and_then(|p| Ok((p.time, poster_outputs(job, &p, out_dir)?))) {
             Ok((time, (outputs, mut more))) => {
                 poster_time = Some(time);
                 files.extend(outputs);
@@ -418,7 +432,7 @@ fn assemble(
         .arg(&path);
     let log = work.join("assemble.log");
     let limit = std::time::Duration::from_secs(job.video.timeout_base_secs);
-    super::child::run(cmd, &log, limit, &ctl.cancel, &mut |_| {}).map_err(super::ffmpeg_error)?;
+    super::child::run(cmd, &log, limit, &ctl.cancel, &mut |_| {}).map_err(ffmpeg_error)?;
     let _ = std::fs::remove_file(&v);
     if let Some(a) = a {
         let _ = std::fs::remove_file(a);
@@ -462,7 +476,7 @@ fn sprite(
         .current_dir(out_dir);
     let log = work.join("sprite.log");
     let limit = std::time::Duration::from_secs(job.video.timeout_base_secs);
-    super::child::run(cmd, &log, limit, &ctl.cancel, &mut |_| {}).map_err(super::ffmpeg_error)?;
+    super::child::run(cmd, &log, limit, &ctl.cancel, &mut |_| {}).map_err(ffmpeg_error)?;
     Ok(plan.files(out_dir)?)
 }
 
@@ -516,7 +530,7 @@ pub fn plan_part(
     ));
     let mut warnings = Vec::new();
     let work = out_dir.join(WORK);
-    let loudness = super::loudness_of(job, probe, input, &work, per_rung, ctl, &mut warnings)?;
+    let loudness = loudness_of(job, probe, input, &work, per_rung, ctl, &mut warnings)?;
     let filter = loudness
         .as_ref()
         .and_then(|(m, spec)| super::loudness::normalise(m, spec));
@@ -528,7 +542,7 @@ pub fn plan_part(
     Ok(MediaOutput {
         media_type: crate::contract::MediaType::Video,
         files,
-        analysis: Some(super::analysis(probe, None, loudness)),
+        analysis: Some(analysis(probe, None, loudness)),
         warnings,
         tracks,
         plan: Some(units),

@@ -1,0 +1,163 @@
+//! A long video as units against one run (issue 45). On a 1080p30 camera-like clip (H.264
+//! High, B-frames, 12 Mbit/s, AAC) of `--minutes`, the `streaming` profile's whole video job:
+//!
+//! - **one run**: the ladder in one ffmpeg run (`units_after_secs` above the clip's length);
+//! - **units, one worker on one core**: the plan (loudness, audio), every unit in turn, the
+//!   stitch, each ffmpeg pinned to core 0 with one thread;
+//! - **units, two workers on one core each**: the same parts, the units taken from one queue
+//!   by two threads pinned to cores 0 and 1 (each thread's ffmpeg inherits its affinity), as
+//!   two pods of one core would share a video's units through the unit topic (without Kafka's
+//!   own latency, a few milliseconds a task).
+//!
+//! Goals: units on one core ≤ 1.05 × one run on one core (CPU and wall), bytes within ±2 %;
+//! two workers ≥ 1.8 × faster than one.
+//!
+//!   cargo bench --bench units [-- --minutes 10 --unit-segments 2]
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use media_worker::config::Settings;
+use media_worker::contract::Analysis;
+use media_worker::media::part::{Part, StitchInput};
+use media_worker::media::sniff::Container;
+use media_worker::media::video::{ffprobe, units};
+use media_worker::media::{self, Control, MediaJob};
+
+#[path = "../tests/common/synthetic.rs"]
+#[allow(dead_code)] // the camera-like clip only
+mod synthetic;
+mod util;
+
+use util::{arg, cpu_seconds};
+
+/// Pins the calling thread (and the processes it starts) to `core`.
+fn pin(core: usize) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes within it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0
+        );
+    }
+}
+
+fn bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            if name.starts_with('.') || name == "ffmpeg.m3u8" || name == "pieces" {
+                continue;
+            }
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                total += e.metadata().unwrap().len();
+            }
+        }
+    }
+    total
+}
+
+fn process(job: &MediaJob, input: &Path, out: &Path) -> media::MediaOutput {
+    std::fs::create_dir_all(out).unwrap();
+    media::process(job, input, out, &mut Control::new(&mut |_| {}))
+        .unwrap_or_else(|f| panic!("{:?}", f.error))
+}
+
+/// The units of `plan` by `workers` threads, each pinned to a core of its own: wall seconds.
+fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize) -> (f64, f64) {
+    let probe = ffprobe::run(
+        &job.video,
+        input,
+        Container::IsoBmff,
+        &out.join("ffprobe.log"),
+        &Default::default(),
+    )
+    .unwrap();
+    let plan = units::plan(job, &probe).expect("planned");
+    let (cpu, started) = (cpu_seconds(), Instant::now());
+    let mut plan_job = job.clone();
+    plan_job.part = Part::Plan;
+    let planned = process(&plan_job, input, out);
+    let queue = Mutex::new(plan.clone().into_iter());
+    let tracks = Mutex::new(vec![Vec::new(); plan.len()]);
+    std::thread::scope(|s| {
+        for core in 0..workers {
+            let (queue, tracks) = (&queue, &tracks);
+            s.spawn(move || {
+                pin(core);
+                loop {
+                    let Some(unit) = queue.lock().unwrap().next() else {
+                        break;
+                    };
+                    let mut unit_job = job.clone();
+                    unit_job.part = Part::Unit(unit);
+                    let o = process(&unit_job, input, out);
+                    tracks.lock().unwrap()[unit.index as usize] = o.tracks;
+                }
+            });
+        }
+    });
+    let Some(Analysis::Video(analysis)) = planned.analysis else {
+        panic!("no analysis")
+    };
+    let mut stitch_job = job.clone();
+    stitch_job.part = Part::Stitch(Box::new(StitchInput {
+        analysis,
+        units: tracks.into_inner().unwrap(),
+        audio: planned.tracks.into_iter().next(),
+    }));
+    process(&stitch_job, input, out);
+    (started.elapsed().as_secs_f64(), cpu_seconds() - cpu)
+}
+
+fn main() {
+    let minutes: u32 = arg("--minutes", "10").parse().unwrap();
+    let unit_segments: u32 = arg("--unit-segments", "2").parse().unwrap();
+    media::init(1);
+    let dir = tempfile::tempdir().unwrap();
+    let clip: PathBuf = synthetic::camera_like_video(dir.path(), minutes * 60, 1920, 1080);
+    let settings = Settings::load_from(None, Vec::new()).unwrap();
+    let mut job = settings.media_job("streaming", None);
+    job.ffmpeg_threads = 1;
+    job.profile.unit_segments = unit_segments;
+
+    // One run, on one core.
+    job.profile.units_after_secs = minutes * 60 + 1;
+    let one = dir.path().join("one");
+    pin(0);
+    let (cpu, started) = (cpu_seconds(), Instant::now());
+    process(&job, &clip, &one);
+    let (one_wall, one_cpu) = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+    let one_bytes = bytes(&one);
+    println!("one run, 1 core: wall {one_wall:.1} s, CPU {one_cpu:.1} s, {one_bytes} bytes");
+
+    job.profile.units_after_secs = 60;
+    let mut walls = Vec::new();
+    for workers in [1, 2] {
+        let out = dir.path().join(format!("units-{workers}"));
+        std::fs::create_dir_all(&out).unwrap();
+        let (wall, cpu) = units_by(&job, &clip, &out, workers);
+        let b = bytes(&out);
+        println!(
+            "units, {workers} worker(s) on a core each: wall {wall:.1} s ({:.3} x one run), \
+             CPU {cpu:.1} s ({:.3} x), {b} bytes ({:+.2} %)",
+            wall / one_wall,
+            cpu / one_cpu,
+            (b as f64 / one_bytes as f64 - 1.0) * 100.0
+        );
+        walls.push(wall);
+    }
+    println!(
+        "two workers: {:.2} x faster than one; CPU per minute of 1080p (one run): {:.1} s",
+        walls[0] / walls[1],
+        one_cpu / minutes as f64
+    );
+}
