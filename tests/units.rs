@@ -291,7 +291,7 @@ fn output_names(
 /// the unit topic; the worker that took the request killed (`kill -9`) once it planned.
 /// Photos sent while the units are queued are answered before the video; its units are
 /// encoded by both other workers (their logs say so), each once (the killed worker's unit at
-/// most twice); the request gets one response, completed, whose outputs are those
+/// most twice), each landing a progress event of the request; the request gets one response, completed, whose outputs are those
 /// `media-worker process` makes of the same file, and its stream plays from S3 (every segment
 /// fetched and decoded).
 #[tokio::test(flavor = "multi_thread")]
@@ -303,8 +303,11 @@ async fn a_long_video_is_encoded_by_the_fleet_and_answered_once() {
     let source = common::synthetic::camera_like_video(dir.path(), 180, 640, 360);
     stack.upload_file("long.mp4", &source).await;
 
+    let progress_topic = stack.own("media.optimize.progress");
+    stack.broker.create_topic(&progress_topic, 1);
     let mut env = stack.worker_env("units");
     env.insert("KAFKA_UNIT_TOPIC".into(), unit_topic.clone());
+    env.insert("KAFKA_PROGRESS_TOPIC".into(), progress_topic.clone());
     env.insert("WORKER_POOL_SIZE".into(), "1".into());
     let mut workers: Vec<common::Worker> = (0..3)
         .map(|i| {
@@ -381,6 +384,16 @@ async fn a_long_video_is_encoded_by_the_fleet_and_answered_once() {
         responses.next(Duration::from_secs(5)).is_none(),
         "a second response"
     );
+    // A progress event per landed unit, whichever worker landed it, up to every unit landed.
+    let events: Vec<f64> = stack
+        .records(&progress_topic)
+        .into_iter()
+        .filter(|(key, e, _)| key == "long" && e["stage"] == "transform")
+        .map(|(_, e, _)| e["progress"].as_f64().unwrap())
+        .collect();
+    assert!(events.len() >= plan_units, "{events:?}");
+    let top = events.iter().copied().fold(0.0, f64::max);
+    assert!((top - 0.95).abs() < 1e-3, "{events:?}");
 
     // The same outputs as one run of `media-worker process` over the file.
     let local = dir.path().join("local");

@@ -15,3 +15,4 @@ pub use response::{Failure, Partial};
 pub use role::{Answer, As};
 pub use runner::JobRunner;
 pub use services::{Services, executor, services, worker_info};
+pub use units::TaskEnd;

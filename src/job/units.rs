@@ -27,17 +27,30 @@ use crate::units::{Dispatch, PlanRef, Task};
 
 const PARALLEL_TRANSFERS: usize = 8;
 
+/// What a task of the unit topic ended with.
+pub enum TaskEnd {
+    Nothing,
+    /// A unit is recorded: `landed` of the plan's `of` (a progress event of the request).
+    Landed {
+        request: Box<OptimizeRequest>,
+        landed: usize,
+        of: usize,
+    },
+    /// The stitch's response.
+    Respond(Box<OptimizeResponse>),
+}
+
 impl JobRunner {
     /// A task from the unit topic: nothing to publish (a unit), or the request's response (the
     /// stitch).
-    pub async fn run_task(&self, task: &Task, job: &JobHandle) -> Option<OptimizeResponse> {
+    pub async fn run_task(&self, task: &Task, job: &JobHandle) -> TaskEnd {
         let storage = &*self.services().storage;
         let plan = &task.plan;
         let record: PlanRecord = match store::read(storage, plan, plan.plan_key()).await {
             Ok(Some(r)) => r,
             Ok(None) => {
                 tracing::warn!(plan = plan.id(), "a unit task whose plan is gone: dropped");
-                return None;
+                return TaskEnd::Nothing;
             }
             Err(e) => {
                 // Held like any job whose store is away: retried until it answers.
@@ -48,14 +61,14 @@ impl JobRunner {
         let keys = store::records(storage, plan).await.unwrap_or_default();
         if keys.contains(&plan.answered_key()) {
             tracing::info!(plan = plan.id(), "already answered");
-            return None;
+            return TaskEnd::Nothing;
         }
         match task.unit {
-            Some(index) => {
-                self.unit_task(plan, record, index, &keys, job).await;
-                None
-            }
-            None => self.stitch_task(plan, record, job).await,
+            Some(index) => self.unit_task(plan, record, index, &keys, job).await,
+            None => match self.stitch_task(plan, record, job).await {
+                Some(r) => TaskEnd::Respond(Box::new(r)),
+                None => TaskEnd::Nothing,
+            },
         }
     }
 
@@ -80,7 +93,7 @@ impl JobRunner {
     }
 
     /// A transient failure before the job began: once more, after the backoff.
-    async fn retry_task(&self, task: &Task, job: &JobHandle) -> Option<OptimizeResponse> {
+    async fn retry_task(&self, task: &Task, job: &JobHandle) -> TaskEnd {
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         Box::pin(self.run_task(task, job)).await
     }
@@ -92,10 +105,10 @@ impl JobRunner {
         index: u32,
         keys: &[String],
         job: &JobHandle,
-    ) {
+    ) -> TaskEnd {
         let Some(unit) = record.units.get(index as usize).copied() else {
             tracing::warn!(plan = plan.id(), index, "no such unit: dropped");
-            return;
+            return TaskEnd::Nothing;
         };
         if keys.contains(&plan.unit_key(index)) {
             tracing::info!(plan = plan.id(), unit = index, "unit already landed");
@@ -105,7 +118,7 @@ impl JobRunner {
                 unit = index,
                 "another unit failed: not encoded"
             );
-            return;
+            return TaskEnd::Nothing;
         } else {
             let req = record.request.clone();
             let role = As::Unit {
@@ -115,7 +128,9 @@ impl JobRunner {
             };
             if let Answer::Respond(r) = self.run_as(&req, job, &role).await {
                 // Only a failure answers a unit: recorded, and the stitch answers with it.
-                let Some(e) = r.error else { return };
+                let Some(e) = r.error else {
+                    return TaskEnd::Nothing;
+                };
                 let failed = UnitRecord::Failed {
                     index,
                     code: e.code,
@@ -132,19 +147,29 @@ impl JobRunner {
                 if let Err(e) = written.await {
                     tracing::error!(plan = plan.id(), unit = index, error = %e,
                         "the unit's failure could not be recorded");
-                    return;
+                    return TaskEnd::Nothing;
                 }
                 tracing::warn!(plan = plan.id(), unit = index, error = ?failed, "unit failed for good");
                 self.send_stitch(plan).await;
-                return;
+                return TaskEnd::Nothing;
             }
         }
         // The unit is recorded: the one that completes the plan sends the stitch.
         let storage = &*self.services().storage;
-        match store::recorded(storage, plan).await {
-            Ok(done) if done.len() == record.units.len() => self.send_stitch(plan).await,
-            Ok(_) => {}
-            Err(e) => tracing::warn!(plan = plan.id(), error = %e, "could not list the units"),
+        let landed = match store::recorded(storage, plan).await {
+            Ok(done) => done.len(),
+            Err(e) => {
+                tracing::warn!(plan = plan.id(), error = %e, "could not list the units");
+                return TaskEnd::Nothing;
+            }
+        };
+        if landed == record.units.len() {
+            self.send_stitch(plan).await;
+        }
+        TaskEnd::Landed {
+            request: Box::new(record.request),
+            landed,
+            of: record.units.len(),
         }
     }
 

@@ -14,7 +14,8 @@
 //!    plan and re-issues only the units without a record.
 //! 2. **Units.** A unit task is a job like any other (a pool permit, the sandbox, retries, held
 //!    while the pod is sick): it downloads the source, checks that it is still the planned
-//!    version, encodes its range (`Part::Unit`), stores its pieces, then its record. A unit
+//!    version, encodes its range (`Part::Unit`), stores its pieces, then its record, then
+//!    publishes a progress event of the request (units landed of the plan's). A unit
 //!    with a record is never encoded again, on any worker. A unit that fails for good records
 //!    the failure, and the units after it are no longer encoded.
 //! 3. **Stitch.** The worker that records a plan's last missing unit (or a failure) sends the

@@ -123,6 +123,48 @@ impl Progress {
     }
 }
 
+impl Progress {
+    /// A long video's unit landed (see `crate::units`): `landed` of its `of` units, whichever
+    /// worker encoded them. The landed count only grows, so the events never go back; the
+    /// stitch's share (the last 5 %) is the response's.
+    pub async fn unit_landed(&self, req: &OptimizeRequest, landed: usize, of: usize) {
+        let event = ProgressEvent {
+            schema_version: SCHEMA_VERSION,
+            request_id: req.request_id.clone(),
+            media_id: req.media_id.clone(),
+            user_id: req.user_id.clone(),
+            status: ProgressStatus::Progressing,
+            progress: (landed as f32 / of.max(1) as f32 * 0.95).min(MAX_PROGRESS),
+            stage: Stage::Transform,
+            attempt: 1,
+            elapsed_ms: 0,
+            worker: self.worker.clone(),
+            at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+        };
+        self.publish(&event).await;
+    }
+
+    /// One event, within its bound; counted as published or failed.
+    async fn publish(&self, event: &ProgressEvent) {
+        let payload = serde_json::to_vec(event).expect("progress event serialises");
+        let result = match self
+            .sender
+            .send(&self.topic, &event.media_id, &payload)
+            .await
+        {
+            Ok(()) => "published",
+            Err(e) => {
+                tracing::warn!(error = %e, media_id = %event.media_id, "progress event not sent");
+                "failed"
+            }
+        };
+        self.metrics
+            .progress_events
+            .with_label_values(&[result])
+            .inc();
+    }
+}
+
 /// A job's follower: stop it with [`Follower::finish`] before publishing the response.
 pub(super) struct Follower {
     stop: CancellationToken,
@@ -190,19 +232,7 @@ async fn follow(
         event.attempt = now.attempt;
         event.elapsed_ms = started.elapsed().as_millis() as u64;
         event.at = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
-        let payload = serde_json::to_vec(&event).expect("progress event serialises");
-        let sent = out.sender.send(&out.topic, &event.media_id, &payload).await;
-        let result = match sent {
-            Ok(()) => "published",
-            Err(e) => {
-                tracing::warn!(error = %e, media_id = %event.media_id, "progress event not sent");
-                "failed"
-            }
-        };
-        out.metrics
-            .progress_events
-            .with_label_values(&[result])
-            .inc();
+        out.publish(&event).await;
     }
 }
 

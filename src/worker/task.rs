@@ -7,7 +7,7 @@ use std::time::Instant;
 use tracing::Instrument;
 
 use crate::contract::{OptimizeResponse, Stage};
-use crate::job::{Answer, As, JobRunner, response};
+use crate::job::{Answer, As, JobRunner, TaskEnd, response};
 use crate::kafka::{Acker, Delivery, Publisher};
 use crate::shutdown::Shutdown;
 use crate::stages::{publish, validate};
@@ -129,8 +129,19 @@ async fn unit_task(d: Delivery, ctx: Arc<Ctx>) {
         r = ctx.runner.run_task(&task, &job) => r,
         _ = ctx.shutdown.abandoned() => return,
     };
-    let Some(response) = r else {
-        return ctx.acker.finished(d.token);
+    let response = match r {
+        TaskEnd::Respond(r) => *r,
+        TaskEnd::Landed {
+            request,
+            landed,
+            of,
+        } => {
+            if let Some(p) = &ctx.progress {
+                p.unit_landed(&request, landed, of).await;
+            }
+            return ctx.acker.finished(d.token);
+        }
+        TaskEnd::Nothing => return ctx.acker.finished(d.token),
     };
     let started = Instant::now();
     svc.metrics.observe_response(&response, started.elapsed());
