@@ -51,8 +51,9 @@ pub enum JobError {
         "the source was replaced while the video was encoded in units (ETag {now}, planned {planned}): nothing of either version was published"
     )]
     SourceChanged { planned: String, now: String },
-    /// A unit of a long video failed for good: the whole request's answer.
-    #[error("unit {index} (from {at_secs:.1} s): {message}")]
+    /// A unit of a long video failed for good: the whole request's answer (its message says
+    /// which unit and where).
+    #[error("{message}")]
     UnitFailed {
         index: u32,
         at_secs: f64,

@@ -34,15 +34,31 @@ fn ssim_with_source(frame: &Path, source: &Path, at: f64) -> f64 {
 
 #[test]
 fn hls_js_and_dash_js_play_every_rung_to_the_end_in_chromium() {
+    plays_to_the_end(12, &[], 5.0);
+}
+
+/// A long video's units stitched (24 s as units of 8 s): played to the end across both unit
+/// edges, and the frame shown just after the first edge (8 s, the first frame of unit 1) is
+/// the source's.
+#[test]
+fn a_stream_stitched_from_units_plays_across_their_edges() {
+    let units = [("MEDIA_WORKER_PROFILES__STREAMING__UNITS_AFTER_SECS", "10")];
+    plays_to_the_end(24, &units, 8.0);
+}
+
+/// The `streaming` profile's outputs of a `seconds` camera-like clip (`env`: settings of the
+/// run) played by hls.js and dash.js, every rung forced in turn, paused at `at`.
+fn plays_to_the_end(seconds: u32, env: &[(&str, &str)], at: f64) {
     let modules = common::player_modules();
     let dir = tempfile::tempdir().unwrap();
-    let source = common::synthetic::camera_like_video(dir.path(), 12, 1280, 720);
+    let source = common::synthetic::camera_like_video(dir.path(), seconds, 1280, 720);
     let out = dir.path().join("out");
     let status = Command::new(env!("CARGO_BIN_EXE_media-worker"))
         .args(["process", "--profile", "streaming", "--out"])
         .arg(&out)
         .arg(&source)
         .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let response = common::lines::json_lines(&status)
@@ -61,7 +77,6 @@ fn hls_js_and_dash_js_play_every_rung_to_the_end_in_chromium() {
 
     // The frame of the source at `at` is shown from `at` to `at` + 1/30 s: the players seek to
     // the middle of that interval, not to its edge (where either neighbour may be shown).
-    let at = 5.0;
     let seek = at + 0.5 / 30.0;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/playback/play.mjs");
     let run = Command::new("node")
@@ -117,7 +132,7 @@ fn hls_js_and_dash_js_play_every_rung_to_the_end_in_chromium() {
         );
         assert_eq!(r["ended"], true, "{p}: {summary}");
         let end = r["currentTime"].as_f64().unwrap();
-        assert!((end - 12.0).abs() < 0.2, "{p}: ended at {end}");
+        assert!((end - seconds as f64).abs() < 0.2, "{p}: ended at {end}");
         // The frame shown at `at` is the source's frame there.
         let shown_at = r["frameAt"].as_f64().unwrap();
         assert!((shown_at - seek).abs() < 1e-3, "{p}: paused at {shown_at}");

@@ -438,3 +438,49 @@ async fn a_long_video_is_encoded_by_the_fleet_and_answered_once() {
         }
     }
 }
+
+/// A container whose duration lies (an upload cut short, its header promising 150 s): the
+/// units past the cut find no frame, and the video is answered `corrupt_input` with where it
+/// ends, not encoded as a stream with a hole.
+#[test]
+fn a_video_shorter_than_its_header_says_is_answered_with_where_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole.mp4");
+    run(Command::new("ffmpeg")
+        .args(["-v", "error", "-f", "lavfi", "-i"])
+        .arg("testsrc2=size=320x180:rate=30:duration=150")
+        .args(["-c:v", "libx264", "-preset", "ultrafast", "-g", "60"])
+        .args(["-movflags", "+faststart"])
+        .arg(&whole));
+    // The moov (first) says 150 s; the samples stop 40 % in.
+    let bytes = std::fs::read(&whole).unwrap();
+    let cut = dir.path().join("cut.mp4");
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 5]).unwrap();
+    let job = job(60);
+    let f = media::process(
+        &job,
+        &cut,
+        &dir.path().join("out"),
+        &mut Control::new(&mut |_| {}),
+    )
+    .expect_err("a video with a hole");
+    assert!(
+        matches!(f.error, media::MediaError::Corrupt(_)),
+        "{:?}",
+        f.error
+    );
+    let message = f.error.to_string();
+    assert!(message.contains("corrupt input: unit "), "{message}");
+    let from: f64 = message
+        .split("(from ")
+        .nth(1)
+        .unwrap()
+        .split(" s)")
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Where the samples stop, within a unit (8 s).
+    assert!((48.0..=64.0).contains(&from), "{message}");
+    eprintln!("{message}");
+}

@@ -347,7 +347,9 @@ fn a_webm_without_any_duration_is_transcoded() {
     std::fs::write(&input, out.stdout).unwrap();
     let out_dir = dir.path().join("out");
     let (o, a) = ok(&input, &out_dir);
-    assert_eq!(a.duration_ms, None, "the file does not say");
+    // The file does not say: measured from its timestamps (100 frames at 25 fps).
+    assert_eq!(a.duration_ms, Some(4000));
+    assert!(o.warnings.is_empty(), "{:?}", o.warnings);
     assert!(!a.has_audio);
     let r = renditions(&o);
     assert_eq!(r.len(), 1);

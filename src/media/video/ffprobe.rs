@@ -81,10 +81,53 @@ pub fn run(
     })?;
     let v: Value = serde_json::from_str(&json)
         .map_err(|e| MediaError::Corrupt(format!("ffprobe output: {e}")))?;
-    Ok(VideoProbe {
+    let mut probe = VideoProbe {
         demuxer: container.demuxer(),
         ..parse(&v)?
+    };
+    if probe.duration.is_none() {
+        // Neither the stream nor the container says (a WebM written to a pipe, as browsers'
+        // MediaRecorder writes them): the video's own timestamps do, read without decoding.
+        probe.duration = measured_duration(settings, input, container, log, cancel);
+        if let (Some(d), Some(fps), None) = (probe.duration, probe.fps, probe.frames) {
+            probe.frames = Some((d.as_secs_f64() * fps).ceil() as u64);
+        }
+    }
+    Ok(probe)
+}
+
+/// The video stream's duration from its packets' timestamps (the end of the last one presented),
+/// when the file is read to its end within the time limit.
+fn measured_duration(
+    settings: &VideoSettings,
+    input: &Path,
+    container: Container,
+    log: &Path,
+    cancel: &CancellationToken,
+) -> Option<Duration> {
+    let mut cmd = Command::new(&settings.ffprobe);
+    cmd.current_dir(log.parent().unwrap_or(Path::new(".")))
+        .args(["-v", "error", "-select_streams", "v:0"])
+        .args([
+            "-show_entries",
+            "packet=pts_time,duration_time",
+            "-of",
+            "csv=p=0",
+        ])
+        .args(input_args(container.demuxer(), input));
+    let (mut first, mut end) = (f64::INFINITY, 0.0f64);
+    child::run(cmd, log, Duration::from_secs(60), cancel, &mut |l| {
+        let mut f = l.split(',').map(|x| x.trim().parse::<f64>().ok());
+        if let Some(Some(pts)) = f.next() {
+            let d = f.next().flatten().unwrap_or(0.0);
+            first = first.min(pts);
+            end = end.max(pts + d);
+        }
     })
+    .ok()?;
+    let seconds = end - first.min(end);
+    (seconds.is_finite() && seconds > 0.0 && seconds < MAX_PLAUSIBLE_SECONDS)
+        .then(|| Duration::from_secs_f64(seconds))
 }
 
 /// The facts from ffprobe's JSON.

@@ -27,6 +27,7 @@ use super::ffprobe::VideoProbe;
 use super::plan::{self, TimeBase};
 use super::transcode::{self, Span, Streaming};
 use super::{poster, storyboard, stream};
+use crate::contract::Failure;
 use crate::contract::{Stage, Warning, WarningCode};
 use crate::media::control::{Control, Event};
 use crate::media::error::{MediaError, MediaFailure, at};
@@ -117,6 +118,39 @@ pub fn encode_unit(
     unit: &Unit,
     ctl: &mut Control,
 ) -> Result<UnitOutput, MediaFailure> {
+    encode_range(job, probe, input, out_dir, unit, ctl).map_err(|f| Failure {
+        stage: f.stage,
+        error: where_in_video(f.error, unit, rate(job, probe)),
+    })
+}
+
+/// An input's failure in a unit, saying where in the video it is.
+fn where_in_video(e: MediaError, unit: &Unit, rate: (u32, u32)) -> MediaError {
+    let at = |m: String| {
+        format!(
+            "unit {} (from {:.1} s): {m}",
+            unit.index,
+            unit.start_secs(rate)
+        )
+    };
+    match e {
+        MediaError::Corrupt(m) => MediaError::Corrupt(at(m)),
+        MediaError::Unsupported(m) => MediaError::Unsupported(at(m)),
+        MediaError::LimitsExceeded(m) => MediaError::LimitsExceeded(at(m)),
+        MediaError::Transform(m) => MediaError::Transform(at(m)),
+        MediaError::Crashed(m) => MediaError::Crashed(at(m)),
+        e => e,
+    }
+}
+
+fn encode_range(
+    job: &MediaJob,
+    probe: &VideoProbe,
+    input: &Path,
+    out_dir: &Path,
+    unit: &Unit,
+    ctl: &mut Control,
+) -> Result<UnitOutput, MediaFailure> {
     let profile = &job.profile;
     let rate = rate(job, probe);
     let span = unit.span(rate);
@@ -154,7 +188,7 @@ pub fn encode_unit(
         let first = unit.first_segment;
         let fps = Some(stream.frame_rate);
         let (track, files) = stream::read_pieces(out_dir, id, size, fps, first)
-            .map_err(|e| nothing_from(e, out_dir, id, unit, rate))
+            .map_err(|e| nothing_from(e, out_dir, id, unit))
             .map_err(at(Stage::Transform))?;
         out.tracks.push(track);
         out.files.extend(files);
@@ -170,20 +204,11 @@ pub fn encode_unit(
 
 /// A unit that wrote no segment where frames were planned: the source ends before its header
 /// says.
-fn nothing_from(
-    e: MediaError,
-    out_dir: &Path,
-    id: TrackId,
-    unit: &Unit,
-    rate: (u32, u32),
-) -> MediaError {
+fn nothing_from(e: MediaError, out_dir: &Path, id: TrackId, unit: &Unit) -> MediaError {
     let first = names::segment(id, unit.first_segment);
     match e {
         MediaError::Transform(_) if !out_dir.join(names::STREAM_DIR).join(first).exists() => {
-            MediaError::Corrupt(format!(
-                "no frame from {:.1} s: the video ends before its header says",
-                unit.start_secs(rate)
-            ))
+            MediaError::Corrupt("no frame here: the video ends before its header says".into())
         }
         e => e,
     }
