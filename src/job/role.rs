@@ -1,8 +1,10 @@
 //! What a job is, and what it ended with: a request, or a part of a long video spread over the
 //! fleet (see `crate::units`), answered or handed on.
 
-use crate::contract::{OptimizeRequest, OptimizeResponse, SourceInfo};
+use super::response::Done;
+use crate::contract::{MediaType, OptimizeRequest, OptimizeResponse, SourceInfo};
 use crate::media::part::Unit;
+use crate::stages::manifest::Produced;
 use crate::units::PlanRef;
 use crate::units::store::{PlanRecord, UnitRecord};
 
@@ -35,4 +37,20 @@ pub struct Handing<'a> {
     pub source: &'a SourceInfo,
     pub fingerprint: &'a str,
     pub units: Vec<Unit>,
+}
+
+/// What a job handed on reports: nothing to publish.
+pub(super) fn handed_off(source: &SourceInfo) -> Done {
+    Done {
+        produced: Produced {
+            media_type: MediaType::Video,
+            source: source.clone(),
+            outputs: Vec::new(),
+            analysis: None,
+            warnings: Vec::new(),
+        },
+        replayed: false,
+        source_missing: false,
+        handed_off: true,
+    }
 }

@@ -551,7 +551,7 @@ impl JobRunner {
             .await
             .map_err(|f| (f, partial(&scan)))?;
         let Some(mut media) = media else {
-            return Ok(super::units::handed_off(&source));
+            return Ok(super::role::handed_off(&source));
         };
 
         if let As::Unit { plan, unit, .. } = role {

@@ -12,7 +12,7 @@ use futures_util::{StreamExt, TryStreamExt, stream};
 use tokio_util::sync::CancellationToken;
 
 use super::response::{self, Done, Ending, Failure, Partial};
-use super::role::{Answer, As, Handing};
+use super::role::{Answer, As, Handing, handed_off};
 use super::runner::JobRunner;
 use crate::contract::{Analysis, MediaType, OptimizeRequest, OptimizeResponse, SourceInfo, Stage};
 use crate::error::JobError;
@@ -20,7 +20,7 @@ use crate::media::MediaOutput;
 use crate::media::part::{Part, StitchInput, Unit};
 use crate::registry::JobHandle;
 use crate::scratch::ScratchDir;
-use crate::stages::manifest::{self, Produced};
+use crate::stages::manifest;
 use crate::storage::{ObjectMeta, StorageError};
 use crate::units::store::{self, PlanRecord, UnitRecord};
 use crate::units::{Dispatch, PlanRef, Task};
@@ -450,21 +450,6 @@ impl JobRunner {
         self.finish(req, job, cancel, &source, fingerprint, media, None, scratch)
             .await
             .map_err(|f| (f, partial()))
-    }
-}
-
-pub(super) fn handed_off(source: &SourceInfo) -> Done {
-    Done {
-        produced: Produced {
-            media_type: MediaType::Video,
-            source: source.clone(),
-            outputs: Vec::new(),
-            analysis: None,
-            warnings: Vec::new(),
-        },
-        replayed: false,
-        source_missing: false,
-        handed_off: true,
     }
 }
 
