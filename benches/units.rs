@@ -12,7 +12,7 @@
 //! Goals: units on one core ≤ 1.05 × one run on one core (CPU and wall), bytes within ±2 %;
 //! two workers ≥ 1.8 × faster than one.
 //!
-//!   cargo bench --bench units [-- --minutes 10 --unit-segments 2]
+//!   cargo bench --bench units [-- --minutes 10 --unit-segments 1,2]
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -71,8 +71,16 @@ fn process(job: &MediaJob, input: &Path, out: &Path) -> media::MediaOutput {
         .unwrap_or_else(|f| panic!("{:?}", f.error))
 }
 
-/// The units of `plan` by `workers` threads, each pinned to a core of its own: wall seconds.
-fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize) -> (f64, f64) {
+/// What one way of making the outputs took.
+struct Took {
+    wall: f64,
+    cpu: f64,
+    /// Each unit's wall seconds, on its core.
+    units: Vec<f64>,
+}
+
+/// The units of `plan` by `workers` threads, each pinned to a core of its own.
+fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize) -> Took {
     let probe = ffprobe::run(
         &job.video,
         input,
@@ -88,9 +96,10 @@ fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize) -> (f64, f
     let planned = process(&plan_job, input, out);
     let queue = Mutex::new(plan.clone().into_iter());
     let tracks = Mutex::new(vec![Vec::new(); plan.len()]);
+    let walls = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for core in 0..workers {
-            let (queue, tracks) = (&queue, &tracks);
+            let (queue, tracks, walls) = (&queue, &tracks, &walls);
             s.spawn(move || {
                 pin(core);
                 loop {
@@ -99,7 +108,9 @@ fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize) -> (f64, f
                     };
                     let mut unit_job = job.clone();
                     unit_job.part = Part::Unit(unit);
+                    let t = Instant::now();
                     let o = process(&unit_job, input, out);
+                    walls.lock().unwrap().push(t.elapsed().as_secs_f64());
                     tracks.lock().unwrap()[unit.index as usize] = o.tracks;
                 }
             });
@@ -115,19 +126,25 @@ fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize) -> (f64, f
         audio: planned.tracks.into_iter().next(),
     }));
     process(&stitch_job, input, out);
-    (started.elapsed().as_secs_f64(), cpu_seconds() - cpu)
+    Took {
+        wall: started.elapsed().as_secs_f64(),
+        cpu: cpu_seconds() - cpu,
+        units: walls.into_inner().unwrap(),
+    }
 }
 
 fn main() {
     let minutes: u32 = arg("--minutes", "10").parse().unwrap();
-    let unit_segments: u32 = arg("--unit-segments", "2").parse().unwrap();
+    let unit_segments: Vec<u32> = arg("--unit-segments", "2")
+        .split(',')
+        .map(|n| n.parse().unwrap())
+        .collect();
     media::init(1);
     let dir = tempfile::tempdir().unwrap();
     let clip: PathBuf = synthetic::camera_like_video(dir.path(), minutes * 60, 1920, 1080);
     let settings = Settings::load_from(None, Vec::new()).unwrap();
     let mut job = settings.media_job("streaming", None);
     job.ffmpeg_threads = 1;
-    job.profile.unit_segments = unit_segments;
 
     // One run, on one core.
     job.profile.units_after_secs = minutes * 60 + 1;
@@ -137,27 +154,40 @@ fn main() {
     process(&job, &clip, &one);
     let (one_wall, one_cpu) = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu);
     let one_bytes = bytes(&one);
-    println!("one run, 1 core: wall {one_wall:.1} s, CPU {one_cpu:.1} s, {one_bytes} bytes");
-
-    job.profile.units_after_secs = 60;
-    let mut walls = Vec::new();
-    for workers in [1, 2] {
-        let out = dir.path().join(format!("units-{workers}"));
-        std::fs::create_dir_all(&out).unwrap();
-        let (wall, cpu) = units_by(&job, &clip, &out, workers);
-        let b = bytes(&out);
-        println!(
-            "units, {workers} worker(s) on a core each: wall {wall:.1} s ({:.3} x one run), \
-             CPU {cpu:.1} s ({:.3} x), {b} bytes ({:+.2} %)",
-            wall / one_wall,
-            cpu / one_cpu,
-            (b as f64 / one_bytes as f64 - 1.0) * 100.0
-        );
-        walls.push(wall);
-    }
     println!(
-        "two workers: {:.2} x faster than one; CPU per minute of 1080p (one run): {:.1} s",
-        walls[0] / walls[1],
+        "one run, 1 core: wall {one_wall:.1} s, CPU {one_cpu:.1} s ({:.1} s per minute of \
+         1080p), {one_bytes} bytes",
         one_cpu / minutes as f64
     );
+
+    job.profile.units_after_secs = 60;
+    for segments in unit_segments {
+        job.profile.unit_segments = segments;
+        let mut walls = Vec::new();
+        for workers in [1, 2] {
+            let out = dir.path().join(format!("units-{segments}-{workers}"));
+            std::fs::create_dir_all(&out).unwrap();
+            let took = units_by(&job, &clip, &out, workers);
+            let b = bytes(&out);
+            let slowest = took.units.iter().copied().fold(0.0, f64::max);
+            let mean = took.units.iter().sum::<f64>() / took.units.len() as f64;
+            println!(
+                "units of {segments} segment(s), {workers} worker(s) on a core each: wall \
+                 {:.1} s ({:.3} x one run), CPU {:.1} s ({:.3} x), {b} bytes ({:+.2} %); \
+                 {} units, each {mean:.2} s on its core (slowest {slowest:.2} s)",
+                took.wall,
+                took.wall / one_wall,
+                took.cpu,
+                took.cpu / one_cpu,
+                (b as f64 / one_bytes as f64 - 1.0) * 100.0,
+                took.units.len()
+            );
+            walls.push(took.wall);
+            let _ = std::fs::remove_dir_all(&out);
+        }
+        println!(
+            "units of {segments} segment(s): two workers {:.2} x faster than one",
+            walls[0] / walls[1]
+        );
+    }
 }

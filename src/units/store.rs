@@ -193,11 +193,7 @@ mod tests {
 
     #[test]
     fn a_plan_is_named_by_source_version_and_profile() {
-        let req: OptimizeRequest = serde_json::from_value(serde_json::json!({
-            "request_id": "r", "media_id": "m", "user_id": "u",
-            "source": {"bucket": "uploads", "key": "a.mp4"}
-        }))
-        .unwrap();
+        let req = OptimizeRequest::new("r".into(), "m".into(), "u", "uploads", "a.mp4".into());
         let a = PlanRef::new("media", &req, "\"e1\"", "f");
         assert_eq!(a, PlanRef::new("media", &req, "\"e1\"", "f"));
         assert!(a.prefix.starts_with("u/videos/m/units/") && a.prefix.ends_with('/'));
