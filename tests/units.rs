@@ -522,13 +522,13 @@ async fn a_rolling_restart_mid_video_encodes_no_unit_twice() {
     }
     // The logs of the workers stopped, kept (a replaced worker's folder goes with it).
     let mut logs = Vec::new();
-    for i in 0..3 {
-        workers[i].sigterm();
-        let status = workers[i].exited(Duration::from_secs(40)).await;
+    for (i, w) in workers.iter_mut().enumerate() {
+        w.sigterm();
+        let status = w.exited(Duration::from_secs(40)).await;
         assert!(status.success(), "worker {i}: {status}");
-        logs.push(workers[i].log());
-        workers[i] = start(format!("worker-{i}-replaced"));
-        workers[i].ready().await;
+        logs.push(w.log());
+        *w = start(format!("worker-{i}-replaced"));
+        w.ready().await;
     }
     let r = responses
         .next(Duration::from_secs(600))
