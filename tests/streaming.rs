@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::stream::{decodes, duration, first_packet, hls, playable, run};
+use common::stream::{decodes, duration, first_packet, hls, mpd_representations, playable, run};
 use common::{corpus, synthetic_video};
 use media_worker::config::Settings;
 use media_worker::contract::{VideoAnalysis, WarningCode};
@@ -238,18 +238,7 @@ fn the_ladder_streams_as_hls_and_dash_over_one_set_of_aligned_segments() {
     // The MPD: well-formed XML whose representations match the master's rungs, and a
     // presentation ffprobe opens with its video and audio.
     let mpd = std::fs::read_to_string(stream.join("manifest.mpd")).unwrap();
-    let reps = run(Command::new("python3")
-        .arg("-c")
-        .arg(
-            "import sys, xml.etree.ElementTree as E
-ns = {'d': 'urn:mpeg:dash:schema:mpd:2011'}
-root = E.parse(sys.argv[1]).getroot()
-for r in root.iterfind('.//d:Representation', ns):
-    n = sum(1 + int(s.get('r', 0)) for s in r.iterfind('.//d:S', ns))
-    print(r.get('id'), r.get('width'), r.get('height'), r.get('bandwidth'), n)",
-        )
-        .arg(stream.join("manifest.mpd")));
-    let reps: Vec<Vec<&str>> = reps.lines().map(|l| l.split(' ').collect()).collect();
+    let reps = mpd_representations(&stream.join("manifest.mpd"));
     assert_eq!(reps.len(), 5, "{mpd}");
     assert_eq!(reps[0][..3], ["720p", "1280", "720"]);
     assert_eq!(reps[1][..3], ["480p", "854", "480"]);

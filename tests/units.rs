@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::stream::{decodes, first_packet, hls, playable, run};
+use common::stream::{decodes, first_packet, hls, mpd_representations, playable, run};
 use media_worker::config::Settings;
 use media_worker::media::sniff::Container;
 use media_worker::media::video::{ffprobe, units};
@@ -218,19 +218,13 @@ fn units_stitch_into_what_one_run_makes() {
 
     // The MPD: XML with a timeline entry per segment for each representation, and ffprobe
     // opens it.
-    let reps = run(Command::new("python3")
-        .arg("-c")
-        .arg(
-            "import sys, xml.etree.ElementTree as E
-ns = {'d': 'urn:mpeg:dash:schema:mpd:2011'}
-root = E.parse(sys.argv[1]).getroot()
-for r in root.iterfind('.//d:Representation', ns):
-    print(r.get('id'), sum(1 + int(s.get('r', 0)) for s in r.iterfind('.//d:S', ns)))",
-        )
-        .arg(stream.join("manifest.mpd")));
+    let reps: Vec<String> = mpd_representations(&stream.join("manifest.mpd"))
+        .iter()
+        .map(|r| format!("{} {}", r[0], r[4]))
+        .collect();
     let audio_rep = format!("audio {audio_segments}");
     assert_eq!(
-        reps.lines().collect::<Vec<_>>(),
+        reps,
         ["720p 30", "480p 30", "360p 30", "234p 30", &audio_rep]
     );
     let streams = run(Command::new("ffprobe")
@@ -289,6 +283,29 @@ fn output_names(
         .collect()
 }
 
+/// A stack with a unit topic (6 partitions) and a 3-minute 640x360 camera-like video uploaded
+/// as `long.mp4` (the folder it was made in, and its path): the workers' settings, a pool of one
+/// each, in consumer group `group`.
+async fn long_video_on_a_fleet(
+    group: &str,
+) -> (
+    common::Stack,
+    tempfile::TempDir,
+    PathBuf,
+    std::collections::HashMap<String, String>,
+) {
+    let stack = common::Stack::start(3).await;
+    let unit_topic = stack.own("media.optimize.units");
+    stack.broker.create_topic(&unit_topic, 6);
+    let dir = tempfile::tempdir().unwrap();
+    let source = common::synthetic::camera_like_video(dir.path(), 180, 640, 360);
+    stack.upload_file("long.mp4", &source).await;
+    let mut env = stack.worker_env(group);
+    env.insert("KAFKA_UNIT_TOPIC".into(), unit_topic);
+    env.insert("WORKER_POOL_SIZE".into(), "1".into());
+    (stack, dir, source, env)
+}
+
 /// Through the fleet: three workers on Apache Kafka and s3s-fs, a 3-minute video as units on
 /// the unit topic; the worker that took the request killed (`kill -9`) once it planned.
 /// Photos sent while the units are queued are answered before the video; its units are
@@ -298,19 +315,10 @@ fn output_names(
 /// fetched and decoded).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_long_video_is_encoded_by_the_fleet_and_answered_once() {
-    let stack = common::Stack::start(3).await;
-    let unit_topic = stack.own("media.optimize.units");
-    stack.broker.create_topic(&unit_topic, 6);
-    let dir = tempfile::tempdir().unwrap();
-    let source = common::synthetic::camera_like_video(dir.path(), 180, 640, 360);
-    stack.upload_file("long.mp4", &source).await;
-
+    let (stack, dir, source, mut env) = long_video_on_a_fleet("units").await;
     let progress_topic = stack.own("media.optimize.progress");
     stack.broker.create_topic(&progress_topic, 1);
-    let mut env = stack.worker_env("units");
-    env.insert("KAFKA_UNIT_TOPIC".into(), unit_topic.clone());
     env.insert("KAFKA_PROGRESS_TOPIC".into(), progress_topic.clone());
-    env.insert("WORKER_POOL_SIZE".into(), "1".into());
     let mut workers: Vec<common::Worker> = (0..3)
         .map(|i| {
             let mut env = env.clone();
@@ -493,15 +501,7 @@ fn a_video_shorter_than_its_header_says_is_answered_with_where_it_ends() {
 /// request is answered once, completed, and no unit is encoded twice.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rolling_restart_mid_video_encodes_no_unit_twice() {
-    let stack = common::Stack::start(3).await;
-    let unit_topic = stack.own("media.optimize.units");
-    stack.broker.create_topic(&unit_topic, 6);
-    let dir = tempfile::tempdir().unwrap();
-    let source = common::synthetic::camera_like_video(dir.path(), 180, 640, 360);
-    stack.upload_file("long.mp4", &source).await;
-    let mut env = stack.worker_env("rolling");
-    env.insert("KAFKA_UNIT_TOPIC".into(), unit_topic.clone());
-    env.insert("WORKER_POOL_SIZE".into(), "1".into());
+    let (stack, _dir, _source, env) = long_video_on_a_fleet("rolling").await;
     let start = |name: String| {
         let mut env = env.clone();
         env.insert("WORKER_ID".into(), name);

@@ -87,24 +87,42 @@ async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
             (response::for_invalid(&svc.worker, &invalid, started), None)
         }
     };
-    svc.metrics.observe_response(&response, started.elapsed());
+    record_in_span(&span, &response);
+    if publish_response(&ctx, &d, &response, job.as_ref(), started).await {
+        ctx.acker.finished(d.token);
+    }
+}
+
+/// The response to `d`, observed and published; false when it could not be (the offset is
+/// then held for redelivery).
+async fn publish_response(
+    ctx: &Ctx,
+    d: &Delivery,
+    response: &OptimizeResponse,
+    job: Option<&crate::registry::JobHandle>,
+    started: Instant,
+) -> bool {
+    let svc = ctx.runner.services();
+    svc.metrics.observe_response(response, started.elapsed());
     telemetry::job_finished(
-        &response,
+        response,
         Origin::Kafka {
             partition: d.partition,
             offset: d.offset,
         },
     );
-    record_in_span(&span, &response);
-    if let Some(job) = &job {
+    if let Some(job) = job {
         job.stage(Stage::Publish);
     }
     let topic = &svc.settings.kafka.response_topic;
     let give_up = ctx.shutdown.job();
-    match publish::run(&ctx.publisher, &svc.metrics, topic, &response, &d, &give_up).await {
-        Ok(()) => ctx.acker.finished(d.token),
-        Err(e) => tracing::error!(error = %e, partition = d.partition, offset = d.offset,
-            "response not published; offset held for redelivery"),
+    match publish::run(&ctx.publisher, &svc.metrics, topic, response, d, &give_up).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, partition = d.partition, offset = d.offset,
+                "response not published; offset held for redelivery");
+            false
+        }
     }
 }
 
@@ -123,6 +141,7 @@ async fn unit_task(d: Delivery, ctx: Arc<Ctx>) {
             return ctx.acker.finished(d.token);
         }
     };
+    let started = Instant::now();
     let label = task.key();
     let job = svc.registry.start(&label, task.plan.id());
     let r = tokio::select! {
@@ -143,25 +162,9 @@ async fn unit_task(d: Delivery, ctx: Arc<Ctx>) {
         }
         TaskEnd::Nothing => return ctx.acker.finished(d.token),
     };
-    let started = Instant::now();
-    svc.metrics.observe_response(&response, started.elapsed());
-    telemetry::job_finished(
-        &response,
-        Origin::Kafka {
-            partition: d.partition,
-            offset: d.offset,
-        },
-    );
-    job.stage(Stage::Publish);
-    let topic = &svc.settings.kafka.response_topic;
-    let give_up = ctx.shutdown.job();
-    match publish::run(&ctx.publisher, &svc.metrics, topic, &response, &d, &give_up).await {
-        Ok(()) => {
-            ctx.runner.mark_answered(&task.plan).await;
-            ctx.acker.finished(d.token)
-        }
-        Err(e) => tracing::error!(error = %e, partition = d.partition, offset = d.offset,
-            "response not published; offset held for redelivery"),
+    if publish_response(&ctx, &d, &response, Some(&job), started).await {
+        ctx.runner.mark_answered(&task.plan).await;
+        ctx.acker.finished(d.token);
     }
 }
 

@@ -85,3 +85,22 @@ pub fn first_packet(path: &Path) -> (f64, bool) {
     let (pts, flags) = line.split_once(',').unwrap();
     (pts.parse().unwrap(), flags.starts_with('K'))
 }
+
+/// An MPD's representations as an XML parser reads them: id, width, height, bandwidth and the
+/// number of segments its timeline lists.
+pub fn mpd_representations(mpd: &Path) -> Vec<Vec<String>> {
+    run(Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sys, xml.etree.ElementTree as E
+ns = {'d': 'urn:mpeg:dash:schema:mpd:2011'}
+root = E.parse(sys.argv[1]).getroot()
+for r in root.iterfind('.//d:Representation', ns):
+    n = sum(1 + int(s.get('r', 0)) for s in r.iterfind('.//d:S', ns))
+    print(r.get('id'), r.get('width'), r.get('height'), r.get('bandwidth'), n)",
+        )
+        .arg(mpd))
+    .lines()
+    .map(|l| l.split(' ').map(str::to_owned).collect())
+    .collect()
+}

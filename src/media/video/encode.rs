@@ -186,3 +186,32 @@ pub fn ffmpeg_error(e: ChildError) -> MediaError {
         other => MediaError::Transform(other.to_string()),
     }
 }
+
+/// The poster chosen among the scored candidates, through the image outputs into `files`
+/// (its warnings into `warnings`); when none can be, a `poster_failed` warning. Its time.
+pub fn poster(
+    job: &MediaJob,
+    chooser: poster::Chooser,
+    out_dir: &Path,
+    ctl: &mut Control,
+    files: &mut Vec<ProducedFile>,
+    warnings: &mut Vec<Warning>,
+) -> Option<Duration> {
+    ctl.emit(Event::Stage(Stage::Analyze));
+    let chosen = chooser.finish();
+    ctl.emit(Event::Stage(Stage::Transform));
+    match chosen.and_then(|p| Ok((p.time, poster_outputs(job, &p, out_dir)?))) {
+        Ok((time, (outputs, mut more))) => {
+            files.extend(outputs);
+            warnings.append(&mut more);
+            Some(time)
+        }
+        Err(message) => {
+            warnings.push(Warning {
+                code: WarningCode::PosterFailed,
+                message,
+            });
+            None
+        }
+    }
+}

@@ -28,7 +28,7 @@ use super::part::Part;
 use super::settings::{MediaJob, Rendition};
 use super::sniff::Container;
 use crate::contract::{MediaType, Stage, Warning, WarningCode};
-use encode::{WORK, analysis, encode, loudness_of, poster_outputs};
+use encode::{WORK, analysis, encode, loudness_of};
 use ffprobe::VideoProbe;
 
 pub fn process(
@@ -214,20 +214,11 @@ fn run(
         files.extend(pieces.map_err(at(Stage::Transform))?);
     }
 
-    let mut poster_time = None;
-    if make_poster {
-        ctl.emit(Event::Stage(Stage::Analyze));
-        let chosen = chooser.finish();
-        ctl.emit(Event::Stage(Stage::Transform));
-        match chosen.and_then(|p| Ok((p.time, poster_outputs(job, &p, out_dir)?))) {
-            Ok((time, (outputs, mut more))) => {
-                poster_time = Some(time);
-                files.extend(outputs);
-                warnings.append(&mut more);
-            }
-            Err(e) => warnings.push(warn(WarningCode::PosterFailed, e)),
-        }
-    }
+    let poster_time = if make_poster {
+        encode::poster(job, chooser, out_dir, ctl, &mut files, &mut warnings)
+    } else {
+        None
+    };
     Ok(MediaOutput {
         media_type: MediaType::Video,
         files,

@@ -22,7 +22,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::encode::{WORK, analysis, encode, ffmpeg_error, loudness_of, poster_outputs};
+use super::encode::{WORK, analysis, encode, ffmpeg_error, loudness_of};
 use super::ffprobe::VideoProbe;
 use super::plan::{self, TimeBase};
 use super::transcode::{self, Span, Streaming};
@@ -372,25 +372,14 @@ pub fn stitch(
             }),
         }
     }
-    let mut poster_time = None;
-    if profile.poster {
-        ctl.emit(Event::Stage(Stage::Analyze));
+    let poster_time = if profile.poster {
         let frames = poster::candidate_times(probe.duration, job.video.poster_candidates);
         let pieces = out_dir.join(PIECES);
-        let chosen = poster::Chooser::new(job, &frames, &pieces).finish();
-        ctl.emit(Event::Stage(Stage::Transform));
-        match chosen.and_then(|p| Ok((p.time, poster_outputs(job, &p, out_dir)?))) {
-            Ok((time, (outputs, mut more))) => {
-                poster_time = Some(time);
-                files.extend(outputs);
-                warnings.append(&mut more);
-            }
-            Err(e) => warnings.push(Warning {
-                code: WarningCode::PosterFailed,
-                message: e,
-            }),
-        }
-    }
+        let chooser = poster::Chooser::new(job, &frames, &pieces);
+        super::encode::poster(job, chooser, out_dir, ctl, &mut files, &mut warnings)
+    } else {
+        None
+    };
     let seconds = profile.segment_secs;
     files.extend(stream::entry_points(out_dir, formats, &video, audio, seconds).map_err(fail)?);
     Ok(Stitched {
