@@ -65,6 +65,19 @@ fn bytes(dir: &Path) -> u64 {
     total
 }
 
+/// Moves every file under `from` to the same place under `to`.
+fn gather(from: &Path, to: &Path) {
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let (src, dest) = (e.path(), to.join(e.file_name()));
+        if src.is_dir() {
+            std::fs::create_dir_all(&dest).unwrap();
+            gather(&src, &dest);
+        } else {
+            std::fs::rename(&src, &dest).unwrap();
+        }
+    }
+}
+
 fn process(job: &MediaJob, input: &Path, out: &Path) -> media::MediaOutput {
     std::fs::create_dir_all(out).unwrap();
     media::process(job, input, out, &mut Control::new(&mut |_| {}))
@@ -97,11 +110,15 @@ fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize) -> Took {
     let queue = Mutex::new(plan.clone().into_iter());
     let tracks = Mutex::new(vec![Vec::new(); plan.len()]);
     let walls = Mutex::new(Vec::new());
+    // Each worker in a folder of its own, as each pod has its scratch; the stitch's gets the
+    // units' pieces after.
     std::thread::scope(|s| {
         for core in 0..workers {
             let (queue, tracks, walls) = (&queue, &tracks, &walls);
+            let own = out.join(format!("worker-{core}"));
             s.spawn(move || {
                 pin(core);
+                let out = own.as_path();
                 loop {
                     let Some(unit) = queue.lock().unwrap().next() else {
                         break;
@@ -116,6 +133,9 @@ fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize) -> Took {
             });
         }
     });
+    for core in 0..workers {
+        gather(&out.join(format!("worker-{core}")), out);
+    }
     let Some(Analysis::Video(analysis)) = planned.analysis else {
         panic!("no analysis")
     };
@@ -146,14 +166,26 @@ fn main() {
     let mut job = settings.media_job("streaming", None);
     job.ffmpeg_threads = 1;
 
-    // One run, on one core.
-    job.profile.units_after_secs = minutes * 60 + 1;
-    let one = dir.path().join("one");
+    // One run, on one core (or its figures from an earlier run: `--one-run WALL,CPU,BYTES`).
     pin(0);
-    let (cpu, started) = (cpu_seconds(), Instant::now());
-    process(&job, &clip, &one);
-    let (one_wall, one_cpu) = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu);
-    let one_bytes = bytes(&one);
+    let (one_wall, one_cpu, one_bytes) = match arg("--one-run", "").as_str() {
+        "" => {
+            job.profile.units_after_secs = minutes * 60 + 1;
+            let one = dir.path().join("one");
+            let (cpu, started) = (cpu_seconds(), Instant::now());
+            process(&job, &clip, &one);
+            let took = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+            (took.0, took.1, bytes(&one))
+        }
+        figures => {
+            let f: Vec<&str> = figures.split(',').collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+            )
+        }
+    };
     println!(
         "one run, 1 core: wall {one_wall:.1} s, CPU {one_cpu:.1} s ({:.1} s per minute of \
          1080p), {one_bytes} bytes",

@@ -406,6 +406,30 @@ async fn a_long_video_is_encoded_by_the_fleet_and_answered_once() {
     let top = events.iter().copied().fold(0.0, f64::max);
     assert!((top - 0.95).abs() < 1e-3, "{events:?}");
 
+    // Once answered, the pieces beside the plan are deleted (the plan and records stay).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = stack
+            .s3c
+            .list_objects_v2()
+            .bucket(common::OUTPUT_BUCKET)
+            .prefix("user-1/videos/long/units/")
+            .send()
+            .await
+            .unwrap();
+        let keys: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();
+        assert!(keys.iter().any(|k| k.ends_with("/plan.json")), "{keys:?}");
+        if !keys.iter().any(|k| k.contains("/pieces/")) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pieces left: {}",
+            keys.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // The same outputs as one run of `media-worker process` over the file.
     let local = dir.path().join("local");
     let out = Command::new(env!("CARGO_BIN_EXE_media-worker"))

@@ -82,13 +82,34 @@ impl JobRunner {
         storage.head(&at).await.is_ok()
     }
 
-    /// The plan's response is published: a later stitch task publishes nothing.
+    /// The plan's response is published: a later stitch task publishes nothing, and the
+    /// pieces (as large as the outputs) are deleted; the plan and its records stay, small.
     pub async fn mark_answered(&self, plan: &PlanRef) {
         let svc = self.services();
+        let storage = &*svc.storage;
         let scratch = &svc.settings.worker.tmp_dir;
-        if let Err(e) = store::write(&*svc.storage, plan, plan.answered_key(), &true, scratch).await
-        {
+        if let Err(e) = store::write(storage, plan, plan.answered_key(), &true, scratch).await {
             tracing::warn!(plan = plan.id(), error = %e, "could not mark the plan answered");
+            return;
+        }
+        let pieces = match storage.list(&plan.bucket, &plan.piece_key("")).await {
+            Ok(keys) => keys,
+            Err(e) => {
+                tracing::warn!(plan = plan.id(), error = %e, "could not list the pieces");
+                return;
+            }
+        };
+        let deletes: Vec<_> = pieces
+            .iter()
+            .map(|k| storage.delete(&plan.bucket, k))
+            .collect();
+        let deleted: Result<Vec<()>, StorageError> = stream::iter(deletes)
+            .buffer_unordered(PARALLEL_TRANSFERS)
+            .try_collect()
+            .await;
+        match deleted {
+            Ok(d) => tracing::info!(plan = plan.id(), pieces = d.len(), "pieces deleted"),
+            Err(e) => tracing::warn!(plan = plan.id(), error = %e, "pieces left behind"),
         }
     }
 

@@ -80,4 +80,8 @@ pub trait Storage: Send + Sync {
     /// The keys in `bucket` under `prefix`, in no particular order (a long video's landed
     /// units: see `crate::units`).
     async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>, StorageError>;
+
+    /// Deletes `bucket/key` (a long video's pieces once it is answered); a missing key is no
+    /// error.
+    async fn delete(&self, bucket: &str, key: &str) -> Result<(), StorageError>;
 }

@@ -149,6 +149,14 @@ impl Storage for LocalStorage {
         Ok(keys)
     }
 
+    async fn delete(&self, bucket: &str, key: &str) -> Result<(), StorageError> {
+        let path = self.resolve(bucket, key)?;
+        match tokio::fs::remove_file(&path).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
     async fn head(&self, src: &SourceRef) -> Result<Head, StorageError> {
         let meta = self.object(src, u64::MAX).await?.1;
         Ok(Head {

@@ -303,6 +303,17 @@ impl Storage for S3Storage {
         Ok(keys)
     }
 
+    async fn delete(&self, bucket: &str, key: &str) -> Result<(), StorageError> {
+        self.client
+            .delete_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| classify_write(e, bucket, key))
+    }
+
     async fn download(
         &self,
         src: &SourceRef,

@@ -23,7 +23,7 @@
 //!    every output (`Part::Stitch`: playlists, MPD, MP4s assembled without encoding, storyboard,
 //!    poster), uploads them under the keys a one-run encode uses, writes the manifest and
 //!    publishes the request's one response; then it marks the plan answered, so a second
-//!    stitch task (two last units recorded at once) publishes nothing.
+//!    stitch task (two last units recorded at once) publishes nothing, and deletes the pieces.
 //!
 //! **Who waits: nobody.** No task waits for another: the request ends once its units are
 //! sent, a unit once it is recorded, and the stitch only starts when every record is there.
