@@ -161,14 +161,20 @@ impl JobRunner {
                 };
                 let scratch = self.services().settings.worker.tmp_dir.clone();
                 let storage = &*self.services().storage;
-                let written = async {
-                    store::write(storage, plan, plan.unit_key(index), &failed, &scratch).await?;
-                    store::write(storage, plan, plan.failed_key(), &failed, &scratch).await
-                };
-                if let Err(e) = written.await {
-                    tracing::error!(plan = plan.id(), unit = index, error = %e,
-                        "the unit's failure could not be recorded");
-                    return TaskEnd::Nothing;
+                // Recorded, whatever it takes: the request's answer depends on it (at shutdown
+                // the task is abandoned unacknowledged, and redelivered).
+                loop {
+                    let written = async {
+                        store::write(storage, plan, plan.unit_key(index), &failed, &scratch)
+                            .await?;
+                        store::write(storage, plan, plan.failed_key(), &failed, &scratch).await
+                    };
+                    match written.await {
+                        Ok(()) => break,
+                        Err(e) => tracing::error!(plan = plan.id(), unit = index, error = %e,
+                            "the unit's failure could not be recorded; trying again"),
+                    }
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 }
                 tracing::warn!(plan = plan.id(), unit = index, error = ?failed, "unit failed for good");
                 self.send_stitch(plan).await;
@@ -311,6 +317,26 @@ impl JobRunner {
         };
         let storage = &*svc.storage;
         store::write(storage, &plan, plan.plan_key(), &record, scratch)
+            .await
+            .map_err(fail)?;
+        // A request sent again after this plan was answered with a failure is tried again: the
+        // failure and the answer are forgotten (the landed units are kept).
+        if let Some(UnitRecord::Failed { index, .. }) =
+            store::read(storage, &plan, plan.failed_key())
+                .await
+                .map_err(fail)?
+        {
+            storage
+                .delete(&plan.bucket, &plan.unit_key(index))
+                .await
+                .map_err(fail)?;
+            storage
+                .delete(&plan.bucket, &plan.failed_key())
+                .await
+                .map_err(fail)?;
+        }
+        storage
+            .delete(&plan.bucket, &plan.answered_key())
             .await
             .map_err(fail)?;
         let landed = store::recorded(storage, &plan).await.map_err(fail)?;
