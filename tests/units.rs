@@ -575,3 +575,47 @@ async fn a_rolling_restart_mid_video_encodes_no_unit_twice() {
         .collect();
     assert_eq!(landed.iter().sum::<usize>(), 180 / 8 + 1, "{landed:?}");
 }
+
+/// The source replaced (a new ETag) while its units are encoded: the request is answered
+/// `source_not_found` ("replaced"), never with a stream of two versions; the worker stays
+/// ready, and the same request sent again is done from the new version.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_replaced_mid_video_is_never_mixed() {
+    let (stack, dir, _source, env) = long_video_on_a_fleet("replaced").await;
+    let worker = common::Worker::start(&env);
+    worker.ready().await;
+    let responses = stack.responses();
+    let mut req = common::request("long", "long.mp4");
+    req.profile = Some("streaming".into());
+    stack.send(&req).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while !worker.log().contains("unit landed") {
+        assert!(std::time::Instant::now() < deadline, "no unit landed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let other = common::synthetic::camera_like_video(dir.path(), 150, 640, 360);
+    stack.upload_file("long.mp4", &other).await;
+    let r = responses
+        .next(Duration::from_secs(600))
+        .expect("a response");
+    let e = r.body.error.expect("failed");
+    assert_eq!(e.code, media_worker::contract::ErrorCode::SourceNotFound);
+    assert!(e.message.contains("replaced"), "{}", e.message);
+    worker.ready().await;
+    stack.send(&req).await;
+    let r = responses
+        .next(Duration::from_secs(600))
+        .expect("a response");
+    assert_eq!(
+        r.body.status,
+        media_worker::contract::Status::Completed,
+        "{:?}",
+        r.body.error
+    );
+    let a = r.body.analysis.as_ref().and_then(|a| a.video()).unwrap();
+    let duration = a.duration_ms.unwrap();
+    assert!(
+        duration.abs_diff(150_000) < 100,
+        "{duration} ms: not the new version's"
+    );
+}
