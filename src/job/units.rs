@@ -82,14 +82,19 @@ impl JobRunner {
         storage.head(&at).await.is_ok()
     }
 
-    /// The plan's response is published: a later stitch task publishes nothing, and the
-    /// pieces (as large as the outputs) are deleted; the plan and its records stay, small.
-    pub async fn mark_answered(&self, plan: &PlanRef) {
+    /// The plan's response is published: a later stitch task publishes nothing; once the video
+    /// is done, the pieces (as large as the outputs) are deleted; the plan and its records
+    /// stay, small.
+    pub async fn mark_answered(&self, plan: &PlanRef, completed: bool) {
         let svc = self.services();
         let storage = &*svc.storage;
         let scratch = &svc.settings.worker.tmp_dir;
         if let Err(e) = store::write(storage, plan, plan.answered_key(), &true, scratch).await {
             tracing::warn!(plan = plan.id(), error = %e, "could not mark the plan answered");
+            return;
+        }
+        // After a failure the landed units' pieces are kept: the request sent again uses them.
+        if !completed {
             return;
         }
         let pieces = match storage.list(&plan.bucket, &plan.piece_key("")).await {
@@ -183,12 +188,15 @@ impl JobRunner {
         }
         // The unit is recorded: the one that completes the plan sends the stitch.
         let storage = &*self.services().storage;
-        let landed = match store::recorded(storage, plan).await {
-            Ok(done) => done.len(),
-            Err(e) => {
-                tracing::warn!(plan = plan.id(), error = %e, "could not list the units");
-                return TaskEnd::Nothing;
+        // Whatever it takes: this may be the plan's last unit (at shutdown the task is
+        // abandoned unacknowledged, and redelivered).
+        let landed = loop {
+            match store::recorded(storage, plan).await {
+                Ok(done) => break done.len(),
+                Err(e) => tracing::warn!(plan = plan.id(), error = %e,
+                    "could not list the units; trying again"),
             }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         };
         if landed == record.units.len() {
             self.send_stitch(plan).await;
@@ -208,8 +216,11 @@ impl JobRunner {
             plan: plan.clone(),
             unit: None,
         };
-        if let Err(e) = dispatch.send(&task).await {
-            tracing::error!(plan = plan.id(), error = %e, "the stitch task could not be sent");
+        // Sent, whatever it takes: nothing else would answer the request.
+        while let Err(e) = dispatch.send(&task).await {
+            tracing::error!(plan = plan.id(), error = %e,
+                "the stitch task could not be sent; trying again");
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         }
     }
 
@@ -321,15 +332,19 @@ impl JobRunner {
             .map_err(fail)?;
         // A request sent again after this plan was answered with a failure is tried again: the
         // failure and the answer are forgotten (the landed units are kept).
-        if let Some(UnitRecord::Failed { index, .. }) =
-            store::read(storage, &plan, plan.failed_key())
-                .await
-                .map_err(fail)?
-        {
-            storage
-                .delete(&plan.bucket, &plan.unit_key(index))
-                .await
-                .map_err(fail)?;
+        let keys = store::records(storage, &plan).await.map_err(fail)?;
+        if keys.contains(&plan.failed_key()) {
+            for i in 0..record.units.len() as u32 {
+                let key = plan.unit_key(i);
+                if keys.contains(&key)
+                    && let Some(UnitRecord::Failed { .. }) =
+                        store::read(storage, &plan, key.clone())
+                            .await
+                            .map_err(fail)?
+                {
+                    storage.delete(&plan.bucket, &key).await.map_err(fail)?;
+                }
+            }
             storage
                 .delete(&plan.bucket, &plan.failed_key())
                 .await
@@ -527,6 +542,13 @@ async fn fetch_piece(
     name: &str,
     out_dir: &Path,
 ) -> Result<(), StorageError> {
+    // Names from our own records, checked all the same: root writes them.
+    let inside = Path::new(name)
+        .components()
+        .all(|c| matches!(c, std::path::Component::Normal(_)));
+    if !inside {
+        return Err(StorageError::Scratch(format!("piece name {name:?}")));
+    }
     let dest = out_dir.join(name);
     if let Some(dir) = dest.parent() {
         tokio::fs::create_dir_all(dir).await?;

@@ -386,22 +386,38 @@ pub fn grant(input: &Path, writable: &[&Path]) -> io::Result<()> {
     own(input, 0, 0o640)?;
     for dir in writable {
         std::fs::create_dir_all(dir)?;
-        own(dir, SANDBOX_ID, 0o700)?;
         // What the worker put there for the job (a long video's pieces, for its stitch) is
-        // the job's to read and replace.
-        let mut pending = vec![dir.to_path_buf()];
-        while let Some(d) = pending.pop() {
-            for e in std::fs::read_dir(&d)? {
-                let p = e?.path();
-                let meta = std::fs::symlink_metadata(&p)?;
-                if meta.is_dir() {
-                    own(&p, SANDBOX_ID, 0o700)?;
-                    pending.push(p);
-                } else if meta.is_file() {
-                    own(&p, SANDBOX_ID, 0o600)?;
-                }
-            }
-        }
+        // the job's to read and replace: given first, children before their folder, each
+        // through a descriptor opened without following a link, while every folder above is
+        // still root's (no job process can swap an entry on the way).
+        give_contents(dir)?;
+        own(dir, SANDBOX_ID, 0o700)?;
+    }
+    Ok(())
+}
+
+/// Hands every file and folder beneath `dir` (not `dir` itself) to [`SANDBOX_ID`].
+fn give_contents(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&p);
+        // A symlink (ELOOP) or anything else unopenable is left as it is.
+        let Ok(f) = f else { continue };
+        let meta = f.metadata()?;
+        let mode = if meta.is_dir() {
+            give_contents(&p)?;
+            0o700
+        } else if meta.is_file() {
+            0o600
+        } else {
+            continue;
+        };
+        std::os::unix::fs::fchown(&f, Some(SANDBOX_ID), Some(SANDBOX_ID))?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
     }
     Ok(())
 }

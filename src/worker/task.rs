@@ -163,7 +163,9 @@ async fn unit_task(d: Delivery, ctx: Arc<Ctx>) {
         TaskEnd::Nothing => return ctx.acker.finished(d.token),
     };
     if publish_response(&ctx, &d, &response, Some(&job), started).await {
-        ctx.runner.mark_answered(&task.plan).await;
+        ctx.runner
+            .mark_answered(&task.plan, response.error.is_none())
+            .await;
         ctx.acker.finished(d.token);
     }
 }

@@ -66,20 +66,22 @@ impl Plan {
     pub fn filter(&self, sdr: &str) -> String {
         format!(
             "{},tile={}x{}",
-            self.tiles_filter(sdr),
+            self.tiles_filter(sdr, None),
             self.columns,
             self.rows
         )
     }
 
-    /// The tiles one by one, before they are laid out (a unit of a long video writes its own;
-    /// the stitch lays them out with [`Plan::sprite_args`]).
-    pub fn tiles_filter(&self, sdr: &str) -> String {
+    /// The tiles one by one, before they are laid out (a unit of a long video writes its own
+    /// from tile `first` on, whose time may come just before the unit's first frame: that
+    /// frame is the tile's; the stitch lays them out with [`Plan::sprite_args`]).
+    pub fn tiles_filter(&self, sdr: &str, first: Option<u32>) -> String {
         let (w, h) = self.tile;
-        format!(
-            "fps=1000/{}:round=up,scale={w}:{h},{sdr}",
-            self.interval.as_millis()
-        )
+        let ms = self.interval.as_millis();
+        let start = first
+            .map(|k| format!(":start_time={:.3}", (k as u128 * ms) as f64 / 1000.0))
+            .unwrap_or_default();
+        format!("fps=1000/{ms}:round=up{start},scale={w}:{h},{sdr}")
     }
 
     /// The tiles whose times fall in `[start, end)` seconds (`end` None: to the end).

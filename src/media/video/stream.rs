@@ -67,10 +67,17 @@ pub fn output_args(track: TrackId, segment_secs: u32, unit_first: Option<u32>) -
         TrackId::Audio => "",
     };
     let segment = dir.join(names::segment_template(track, "%05d"));
+    // A unit cuts at every keyframe (it has only those forced on its segments' first frames):
+    // its segments' grid is the video's, not one from its own first frame, which at a
+    // fractional rate (29.97 fps) puts the next boundary a frame less than a segment after it.
+    let hls_time = match (unit_first, track) {
+        (Some(_), TrackId::Video(_)) => "0.1".to_owned(),
+        _ => segment_secs.to_string(),
+    };
     let mut a: Vec<OsString> = vec!["-avoid_negative_ts".into(), "disabled".into()];
     for (k, v) in [
         ("-f", "hls".to_owned()),
-        ("-hls_time", segment_secs.to_string()),
+        ("-hls_time", hls_time),
         ("-hls_segment_type", "fmp4".to_owned()),
         ("-hls_playlist_type", "vod".to_owned()),
         ("-hls_flags", "independent_segments".to_owned()),

@@ -255,7 +255,10 @@ pub fn filter_graph(probe: &VideoProbe, outputs: &Outputs) -> String {
     if let Some(plan) = outputs.storyboard {
         heads.push("[b]".to_owned());
         let chain = match outputs.span {
-            Some(s) => s.trim_seconds() + &plan.tiles_filter(to_sdr(probe)),
+            Some(s) => {
+                let first = plan.tiles_in(s.start_secs, s.end_secs).start;
+                s.trim_seconds() + &plan.tiles_filter(to_sdr(probe), Some(first))
+            }
             None => plan.filter(to_sdr(probe)),
         };
         chains.push(format!("[b]{chain}[sb]"));
@@ -436,6 +439,10 @@ fn unit_outputs(
             [
                 "-force_key_frames:v",
                 &keyframes,
+                // No keyframe of x264's own at a scene change: the HLS muxer cuts a unit at
+                // every keyframe (see `stream::output_args`).
+                "-sc_threshold:v",
+                "0",
                 "-fps_mode",
                 "passthrough",
                 "-an",
