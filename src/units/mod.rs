@@ -16,14 +16,17 @@
 //!    while the pod is sick): it downloads the source, checks that it is still the planned
 //!    version, encodes its range (`Part::Unit`), stores its pieces, then its record, then
 //!    publishes a progress event of the request (units landed of the plan's). A unit
-//!    with a record is never encoded again, on any worker. A unit that fails for good records
-//!    the failure, and the units after it are no longer encoded.
+//!    with a record is not encoded again (checked before it starts and once it holds its
+//!    permit). A unit that fails for good records the failure, and units not started yet are
+//!    skipped; a request sent again after that failure forgets it and keeps the landed units.
 //! 3. **Stitch.** The worker that records a plan's last missing unit (or a failure) sends the
 //!    stitch task, keyed by the plan. The stitch reads the records, downloads the pieces, makes
 //!    every output (`Part::Stitch`: playlists, MPD, MP4s assembled without encoding, storyboard,
 //!    poster), uploads them under the keys a one-run encode uses, writes the manifest and
-//!    publishes the request's one response; then it marks the plan answered, so a second
-//!    stitch task (two last units recorded at once) publishes nothing, and deletes the pieces.
+//!    publishes the request's one response; then it marks the plan answered, so a later stitch
+//!    task (two last units recorded at once) publishes nothing, and, the video done, deletes
+//!    the pieces. Two stitch tasks running at the same moment can both answer: at least once,
+//!    like every response of this worker.
 //!
 //! **Who waits: nobody.** No task waits for another: the request ends once its units are
 //! sent, a unit once it is recorded, and the stitch only starts when every record is there.
@@ -31,7 +34,8 @@
 //! for the length of a video (a crash redoes one unit, not the partition behind a long job).
 //! Nothing is lost: every task is a Kafka record acknowledged only after its record (or its
 //! response) is stored, so a worker that dies mid-unit has the task redelivered to another.
-//! A unit stuck in native code is killed at its time limit and retried like any job.
+//! A unit stuck in native code is killed at its time limit (`timeout`, like any job: a failure
+//! for good, which answers the request).
 
 pub mod store;
 
