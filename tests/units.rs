@@ -306,6 +306,21 @@ async fn long_video_on_a_fleet(
     (stack, dir, source, env)
 }
 
+/// The first of `workers` whose log says `text`, once one does (within 5 minutes).
+async fn first_to_log(workers: &[common::Worker], text: &str) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        if let Some(i) = workers.iter().position(|w| w.log().contains(text)) {
+            return i;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no worker logged {text:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Through the fleet: three workers on Apache Kafka and s3s-fs, a 3-minute video as units on
 /// the unit topic; the worker that took the request killed (`kill -9`) once it planned.
 /// Photos sent while the units are queued are answered before the video; its units are
@@ -334,19 +349,7 @@ async fn a_long_video_is_encoded_by_the_fleet_and_answered_once() {
     req.profile = Some("streaming".into());
     stack.send(&req).await;
     // Once its units are queued, image requests: each answered before the video.
-    let planner = || {
-        workers
-            .iter()
-            .position(|w| w.log().contains("video planned as units"))
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(300);
-    let planner = loop {
-        if let Some(i) = planner() {
-            break i;
-        }
-        assert!(std::time::Instant::now() < deadline, "never planned");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let planner = first_to_log(&workers, "video planned as units").await;
     // The worker that took the request dies as it hands the plan on (its tasks sent or not,
     // its offset committed or not), and with whatever unit it has begun.
     workers[planner].kill9();
@@ -539,11 +542,7 @@ async fn a_rolling_restart_mid_video_encodes_no_unit_twice() {
     let mut req = common::request("long", "long.mp4");
     req.profile = Some("streaming".into());
     stack.send(&req).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(300);
-    while !workers.iter().any(|w| w.log().contains("unit landed")) {
-        assert!(std::time::Instant::now() < deadline, "no unit landed");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    first_to_log(&workers, "unit landed").await;
     // The logs of the workers stopped, kept (a replaced worker's folder goes with it).
     let mut logs = Vec::new();
     for (i, w) in workers.iter_mut().enumerate() {
@@ -588,11 +587,7 @@ async fn a_source_replaced_mid_video_is_never_mixed() {
     let mut req = common::request("long", "long.mp4");
     req.profile = Some("streaming".into());
     stack.send(&req).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(300);
-    while !worker.log().contains("unit landed") {
-        assert!(std::time::Instant::now() < deadline, "no unit landed");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    first_to_log(std::slice::from_ref(&worker), "unit landed").await;
     let other = common::synthetic::camera_like_video(dir.path(), 150, 640, 360);
     stack.upload_file("long.mp4", &other).await;
     let r = responses
