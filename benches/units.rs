@@ -124,7 +124,7 @@ fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize) -> Took {
                         break;
                     };
                     let mut unit_job = job.clone();
-                    unit_job.part = Part::Unit(unit);
+                    unit_job.part = Part::Unit(unit.clone());
                     let t = Instant::now();
                     let o = process(&unit_job, input, out);
                     walls.lock().unwrap().push(t.elapsed().as_secs_f64());

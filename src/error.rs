@@ -68,7 +68,9 @@ impl JobError {
         match self {
             Self::InvalidRequest(_) => ErrorCode::InvalidRequest,
             Self::Storage(e) => match e {
-                StorageError::NotFound { .. } => ErrorCode::SourceNotFound,
+                StorageError::NotFound { .. } | StorageError::Changed { .. } => {
+                    ErrorCode::SourceNotFound
+                }
                 StorageError::AccessDenied { .. } => ErrorCode::SourceAccessDenied,
                 StorageError::TooLarge { .. } => ErrorCode::InputTooLarge,
                 StorageError::Unavailable(_) => ErrorCode::StorageUnavailable,

@@ -156,7 +156,9 @@ fn scan_refusal(e: ScanError) -> Refusal {
 
 fn storage_refusal(e: StorageError) -> Refusal {
     let (status, code) = match &e {
-        StorageError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+        StorageError::NotFound { .. } | StorageError::Changed { .. } => {
+            (StatusCode::NOT_FOUND, "not_found")
+        }
         StorageError::AccessDenied { .. } => (StatusCode::FORBIDDEN, "access_denied"),
         StorageError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
         StorageError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),

@@ -5,6 +5,7 @@
 //! and `/jobs` (`registry`) report it. A long video's plan, units and stitch are jobs too
 //! ([`role`], `units`; the protocol is `crate::units`).
 
+mod early;
 pub mod response;
 mod role;
 mod runner;

@@ -472,17 +472,30 @@ impl JobRunner {
         }
 
         let source_path = scratch.source();
-        let download = download::run(
-            &*svc.storage,
-            &svc.metrics,
-            &req.source,
-            &source_path,
-            svc.settings.limits.max_input_bytes,
-        );
-        let download = self.timed(job, Stage::Download, req.media_type, download);
-        let source = or_cancelled(cancel, Stage::Download, download)
-            .await
-            .map_err(|f| (f, Partial::default()))?;
+        // A unit reads its part of the source where its plan says which (the whole file
+        // otherwise, and if its encode fails on the part: see below).
+        let ranged = match role {
+            As::Unit { record, unit, .. } if !unit.reads.is_empty() => Some((record, unit)),
+            _ => None,
+        };
+        let source = match ranged {
+            Some((record, unit)) => {
+                let download = download::ranges(
+                    &*svc.storage,
+                    &svc.metrics,
+                    &req.source,
+                    &source_path,
+                    record.source_size,
+                    &unit.reads,
+                    &record.source_etag,
+                );
+                let download = self.timed(job, Stage::Download, req.media_type, download);
+                or_cancelled(cancel, Stage::Download, download)
+                    .await
+                    .map_err(|f| (changed(f, record), Partial::default()))?
+            }
+            None => self.download_whole(req, job, cancel, &source_path).await?,
+        };
         let partial = |scan: &Option<ScanVerdict>| Partial {
             source: Some(source.clone()),
             scan: scan.clone(),
@@ -537,7 +550,7 @@ impl JobRunner {
         let mut media_job = svc.settings.media_job(profile, req.media_type);
         media_job.part = match role {
             As::Request if self.dispatch.is_some() => Part::Plan,
-            As::Unit { unit, .. } => Part::Unit(*unit),
+            As::Unit { unit, .. } => Part::Unit(unit.clone()),
             _ => Part::Whole,
         };
         if let Some(l) = landed.as_ref().filter(|l| !l.is_empty()) {
@@ -546,16 +559,35 @@ impl JobRunner {
             tracing::info!(job = job.id(), renditions = ?media_job.resume,
                 "renditions uploaded by an earlier attempt are not made again");
         }
-        let media = self
-            .native(job, media_job, scratch, cancel, role)
-            .await
-            .map_err(|f| (f, partial(&scan)))?;
+        let mut media = self
+            .native(job, media_job.clone(), scratch, cancel, role)
+            .await;
+        if let (Some(_), Err(f)) = (ranged, &media)
+            && verdict_on_the_input(&f.error)
+        {
+            tracing::warn!(job = job.id(), error = %f.error,
+                "the unit failed on its part of the source: again on the whole file");
+            let whole = self.download_whole(req, job, cancel, &source_path).await?;
+            if let As::Unit { record, .. } = role
+                && whole.etag.as_deref() != Some(record.source_etag.as_str())
+            {
+                let error = JobError::SourceChanged {
+                    planned: record.source_etag.clone(),
+                    now: whole.etag.unwrap_or_default(),
+                };
+                return Err((Failure::at(Stage::Download)(error), partial(&None)));
+            }
+            media = self.native(job, media_job, scratch, cancel, role).await;
+        }
+        let media = media.map_err(|f| (f, partial(&scan)))?;
         let Some(mut media) = media else {
             return Ok(super::role::handed_off(&source));
         };
 
         if let As::Unit { plan, unit, .. } = role {
-            return self.land_unit(plan, *unit, media, scratch.path()).await;
+            return self
+                .land_unit(req, plan, unit.index, media, scratch.path())
+                .await;
         }
         if let (Some(units), Some(dispatch)) = (media.plan.take(), &self.dispatch) {
             let handing = Handing {
@@ -582,6 +614,28 @@ impl JobRunner {
             scratch,
         );
         finished.await.map_err(|f| (f, partial(&scan)))
+    }
+
+    /// The stage that downloads the whole source.
+    async fn download_whole(
+        &self,
+        req: &OptimizeRequest,
+        job: &JobHandle,
+        cancel: &CancellationToken,
+        dest: &std::path::Path,
+    ) -> Result<SourceInfo, (Failure, Partial)> {
+        let svc = &self.svc;
+        let download = download::run(
+            &*svc.storage,
+            &svc.metrics,
+            &req.source,
+            dest,
+            svc.settings.limits.max_input_bytes,
+        );
+        let download = self.timed(job, Stage::Download, req.media_type, download);
+        or_cancelled(cancel, Stage::Download, download)
+            .await
+            .map_err(|f| (f, Partial::default()))
     }
 
     /// The native work of `media_job` in `scratch` (probe → analyze → transform, behind the one
@@ -714,6 +768,34 @@ async fn or_cancelled<T>(
     tokio::select! {
         r = fut => r,
         _ = cancel.cancelled() => Err(Failure::at(stage)(MediaError::Cancelled)),
+    }
+}
+
+/// A failure that a unit's ranged source could cause (bytes its plan missed read as zeros):
+/// worth one more run on the whole file before it is the input's answer.
+fn verdict_on_the_input(e: &JobError) -> bool {
+    matches!(
+        e,
+        JobError::Media(
+            MediaError::Corrupt(_)
+                | MediaError::Unsupported(_)
+                | MediaError::Crashed(_)
+                | MediaError::Transform(_)
+        )
+    )
+}
+
+/// A unit's ranged read that found another version of its source: the plan's version is gone.
+fn changed(f: Failure, record: &crate::units::store::PlanRecord) -> Failure {
+    match f.error {
+        JobError::Storage(StorageError::Changed { .. }) => Failure {
+            stage: f.stage,
+            error: JobError::SourceChanged {
+                planned: record.source_etag.clone(),
+                now: "another version".into(),
+            },
+        },
+        _ => f,
     }
 }
 

@@ -30,11 +30,13 @@ const PARALLEL_TRANSFERS: usize = 8;
 /// What a task of the unit topic ended with.
 pub enum TaskEnd {
     Nothing,
-    /// A unit is recorded: `landed` of the plan's `of` (a progress event of the request).
+    /// A unit is recorded: `landed` of the plan's `of` (a progress event of the request);
+    /// `playable`: the master playlist's key, when this unit made the stream playable.
     Landed {
         request: Box<OptimizeRequest>,
         landed: usize,
         of: usize,
+        playable: Option<String>,
     },
     /// The stitch's response.
     Respond(Box<OptimizeResponse>),
@@ -132,7 +134,7 @@ impl JobRunner {
         keys: &[String],
         job: &JobHandle,
     ) -> TaskEnd {
-        let Some(unit) = record.units.get(index as usize).copied() else {
+        let Some(unit) = record.units.get(index as usize).cloned() else {
             tracing::warn!(plan = plan.id(), index, "no such unit: dropped");
             return TaskEnd::Nothing;
         };
@@ -150,7 +152,7 @@ impl JobRunner {
             let role = As::Unit {
                 plan: plan.clone(),
                 record: Box::new(record.clone()),
-                unit,
+                unit: unit.clone(),
             };
             if let Answer::Respond(r) = self.run_as(&req, job, &role).await {
                 // Only a failure answers a unit: recorded, and the stitch answers with it.
@@ -201,10 +203,16 @@ impl JobRunner {
         if landed == record.units.len() {
             self.send_stitch(plan).await;
         }
+        let playable = if self.early(&record.request) {
+            self.extended(plan, &record).await
+        } else {
+            None
+        };
         TaskEnd::Landed {
             request: Box::new(record.request),
             landed,
             of: record.units.len(),
+            playable,
         }
     }
 
@@ -254,6 +262,11 @@ impl JobRunner {
                 failure,
                 partial: Partial::default(),
             };
+            // Answered all the same if this fails: a stream left behind is not a lost answer.
+            if let Err(e) = self.withdraw(plan, &record).await {
+                tracing::warn!(plan = plan.id(), error = %e,
+                    "the early stream could not be withdrawn");
+            }
             let worker = &self.services().worker;
             return Some(response::for_request(
                 worker,
@@ -315,6 +328,12 @@ impl JobRunner {
             return Err((Failure::at(Stage::Transform)(e), partial()));
         };
         let pieces = self.store_pieces(&plan, &media.files).await.map_err(fail)?;
+        // Playable early: the audio (encoded whole) is where the stream will name it.
+        if self.early(h.req) {
+            self.publish_files(h.req, &media.files)
+                .await
+                .map_err(fail)?;
+        }
         let record = PlanRecord {
             request: h.req.clone(),
             source_etag: etag,
@@ -390,23 +409,31 @@ impl JobRunner {
     /// A unit's pieces stored, then its record.
     pub(super) async fn land_unit(
         &self,
+        req: &OptimizeRequest,
         plan: &PlanRef,
-        unit: Unit,
+        index: u32,
         media: MediaOutput,
         scratch: &Path,
     ) -> Result<Done, (Failure, Partial)> {
         let fail = |e: StorageError| (Failure::at(Stage::Upload)(e), Partial::default());
         let pieces = self.store_pieces(plan, &media.files).await.map_err(fail)?;
+        // Playable early: the lowest rung's segments where the stream names them, before the
+        // record that lets a playlist name them.
+        if self.early(req) {
+            self.publish_lowest(req, &media.tracks, &media.files)
+                .await
+                .map_err(fail)?;
+        }
         let record = UnitRecord::Landed {
             tracks: media.tracks,
             pieces,
             worker: self.services().worker.id.clone(),
         };
         let storage = &*self.services().storage;
-        store::write(storage, plan, plan.unit_key(unit.index), &record, scratch)
+        store::write(storage, plan, plan.unit_key(index), &record, scratch)
             .await
             .map_err(fail)?;
-        tracing::info!(plan = plan.id(), unit = unit.index, worker = %self.services().worker.id,
+        tracing::info!(plan = plan.id(), unit = index, worker = %self.services().worker.id,
             "unit landed");
         Ok(handed_off(&SourceInfo {
             bucket: String::new(),

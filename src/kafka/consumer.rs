@@ -406,6 +406,10 @@ pub struct KafkaSource {
 
 struct LoopConfig {
     max_in_flight: usize,
+    /// The job permits: unit tasks get fewer (see [`Flow`]).
+    pool: usize,
+    /// Where unit tasks come from, if anywhere.
+    unit_topic: Option<String>,
     /// The longest sleep without a wake.
     safety_poll: Duration,
     group_protocol: GroupProtocol,
@@ -415,11 +419,13 @@ struct LoopConfig {
 }
 
 impl KafkaSource {
-    /// Subscribes to the request topic and starts polling, with at most `max_in_flight`
-    /// messages dispatched and unfinished. Deliveries arrive on the receiver.
+    /// Subscribes to the request topic (and the unit topic) and starts polling, with at most
+    /// `max_in_flight` messages dispatched and unfinished, unit tasks fewer than `pool`.
+    /// Deliveries arrive on the receiver.
     pub fn start(
         settings: &KafkaSettings,
         max_in_flight: usize,
+        pool: usize,
         scratch_dir: std::path::PathBuf,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
@@ -449,6 +455,8 @@ impl KafkaSource {
         let cmd_wake = cmd_tx.clone();
         let cfg = LoopConfig {
             max_in_flight: max_in_flight.max(1),
+            pool,
+            unit_topic: settings.unit_topic().map(str::to_owned),
             safety_poll: Duration::from_millis(settings.safety_poll_ms),
             group_protocol: settings.group_protocol,
             commit_interval: Duration::from_millis(settings.commit_interval_ms),
@@ -558,7 +566,13 @@ fn poll_loop(
     let ctx = consumer.context().clone();
     let out = Dispatcher { events };
     let mut queues: Queues = Vec::new();
-    let mut flow = Flow::new(cfg.max_in_flight, cfg.commit_interval, Instant::now());
+    let mut flow = Flow::new(
+        cfg.max_in_flight,
+        cfg.pool,
+        cfg.commit_interval,
+        Instant::now(),
+    );
+    let is_unit = |tp: &Tp| cfg.unit_topic.as_deref() == Some(tp.0.as_str());
     let mut intake_blocker = None;
     loop {
         // Serve the consumer's queue: rebalances run their callbacks in here. A message can
@@ -610,6 +624,12 @@ fn poll_loop(
                 stopping: st.stopping,
                 sick: blocker.is_some(),
                 paused: st.paused,
+                units_in_flight: st
+                    .tracker
+                    .partitions()
+                    .filter(|tp| is_unit(tp))
+                    .map(|tp| st.tracker.in_flight_on(tp))
+                    .sum(),
             };
             let turn = flow.turn(Instant::now(), in_flight, state);
             if let Some(pause) = turn.pause {
@@ -620,14 +640,22 @@ fn poll_loop(
             }
             turn
         };
-        // Take messages round-robin over the partitions, up to the bound.
-        let mut room = turn.room;
+        // Take messages round-robin over the partitions, up to the bound; unit tasks up to
+        // their own.
+        let (mut room, mut unit_room) = (turn.room, turn.unit_room);
         let mut idle = 0;
         while room > 0 && idle < queues.len() {
-            match queues[flow.next_queue(queues.len())].1.poll(Duration::ZERO) {
+            let (tp, queue) = &queues[flow.next_queue(queues.len())];
+            let unit = is_unit(tp);
+            if unit && unit_room == 0 {
+                idle += 1;
+                continue;
+            }
+            match queue.poll(Duration::ZERO) {
                 Some(Ok(m)) => {
                     out.dispatch(&ctx, &m);
                     room -= 1;
+                    unit_room -= usize::from(unit);
                     idle = 0;
                 }
                 Some(Err(e)) => tracing::warn!(error = %e, "consumer error"),

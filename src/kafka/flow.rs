@@ -2,6 +2,15 @@
 //! whether the assigned partitions should be paused or resumed, whether the periodic commit is
 //! due, how many messages may be taken this turn, and from which partition queue next (see the
 //! protocol in `consumer`).
+//!
+//! Fairness between a long video's units and everything else: unit tasks (the unit topic) may
+//! fill at most `unit_slots` of the in-flight bound, one less than the pool (at least one), and
+//! the rest of the bound stays open to requests. A fanned-out video queues dozens of units on
+//! every member; taken like requests, they would fill every permit and the permit queue, and
+//! an image sent meanwhile would wait behind minutes of units. Capped, a pod with two or more
+//! permits always has one free for a request, and a one-permit pod makes a request wait for at
+//! most the one unit in hand (a unit is a few seconds of video, so that wait is bounded).
+//! Units are not starved either: they take their slots whatever the request load.
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +21,8 @@ pub const PAUSE_AFTER: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct Flow {
     max_in_flight: usize,
+    /// At most this many unit tasks unfinished.
+    unit_slots: usize,
     commit_interval: Duration,
     /// Since when `max_in_flight` messages have been unfinished.
     saturated_since: Option<Instant>,
@@ -28,6 +39,8 @@ pub struct Intake {
     pub sick: bool,
     /// The partitions are paused now.
     pub paused: bool,
+    /// Unit tasks among the unfinished messages.
+    pub units_in_flight: usize,
 }
 
 /// What one turn of the poll loop does.
@@ -39,12 +52,16 @@ pub struct Turn {
     pub commit: bool,
     /// How many messages may be taken from the partition queues.
     pub room: usize,
+    /// How many of them may be unit tasks.
+    pub unit_room: usize,
 }
 
 impl Flow {
-    pub fn new(max_in_flight: usize, commit_interval: Duration, now: Instant) -> Flow {
+    /// `pool`: the job permits; unit tasks get one less (at least one).
+    pub fn new(max_in_flight: usize, pool: usize, commit_interval: Duration, now: Instant) -> Flow {
         Flow {
             max_in_flight,
+            unit_slots: pool.saturating_sub(1).max(1),
             commit_interval,
             saturated_since: None,
             last_commit: now,
@@ -64,6 +81,7 @@ impl Flow {
             stopping,
             sick,
             paused,
+            units_in_flight,
         } = state;
         if in_flight < self.max_in_flight {
             self.saturated_since = None;
@@ -89,6 +107,7 @@ impl Flow {
             pause,
             commit,
             room,
+            unit_room: room.min(self.unit_slots.saturating_sub(units_in_flight)),
         }
     }
 
@@ -111,6 +130,7 @@ mod tests {
             stopping,
             sick: false,
             paused,
+            units_in_flight: 0,
         }
     }
 
@@ -121,7 +141,7 @@ mod tests {
     #[test]
     fn the_bound_stops_intake_at_once_and_pauses_only_if_it_holds() {
         let t0 = Instant::now();
-        let mut f = Flow::new(4, COMMIT, t0);
+        let mut f = Flow::new(4, 2, COMMIT, t0);
         let free = f.turn(t0, 1, at_state(false, false));
         assert_eq!((free.pause, free.room), (None, 3));
         // At the bound: nothing taken, not paused yet (the prefetch is kept).
@@ -133,7 +153,7 @@ mod tests {
         let stuck = f.turn(at(t0, 1010), 4, at_state(false, false));
         assert_eq!((stuck.pause, stuck.room), (Some(true), 0));
         // A dip below the bound restarts the clock.
-        let mut f = Flow::new(4, COMMIT, t0);
+        let mut f = Flow::new(4, 2, COMMIT, t0);
         f.turn(t0, 4, at_state(false, false));
         f.turn(at(t0, 600), 3, at_state(false, false));
         assert_eq!(f.turn(at(t0, 1100), 4, at_state(false, false)).pause, None);
@@ -142,7 +162,7 @@ mod tests {
     #[test]
     fn paused_partitions_resume_once_half_the_bound_is_free() {
         let t0 = Instant::now();
-        let mut f = Flow::new(4, COMMIT, t0);
+        let mut f = Flow::new(4, 2, COMMIT, t0);
         f.turn(t0, 4, at_state(false, false));
         assert_eq!(
             f.turn(at(t0, 1000), 4, at_state(false, false)).pause,
@@ -159,7 +179,7 @@ mod tests {
     #[test]
     fn stopping_pauses_and_takes_nothing_whatever_the_count() {
         let t0 = Instant::now();
-        let mut f = Flow::new(4, COMMIT, t0);
+        let mut f = Flow::new(4, 2, COMMIT, t0);
         let stop = f.turn(t0, 0, at_state(true, false));
         assert_eq!((stop.pause, stop.room), (Some(true), 0));
         let after = f.turn(at(t0, 10), 0, at_state(true, true));
@@ -169,7 +189,7 @@ mod tests {
     #[test]
     fn a_sick_pod_stops_intake_at_once_and_resumes_when_well() {
         let t0 = Instant::now();
-        let mut f = Flow::new(4, COMMIT, t0);
+        let mut f = Flow::new(4, 2, COMMIT, t0);
         let sick = Intake {
             sick: true,
             ..Intake::default()
@@ -192,7 +212,7 @@ mod tests {
     #[test]
     fn commits_come_once_per_interval() {
         let t0 = Instant::now();
-        let mut f = Flow::new(4, COMMIT, t0);
+        let mut f = Flow::new(4, 2, COMMIT, t0);
         assert!(!f.turn(at(t0, 500), 0, at_state(false, false)).commit);
         assert!(f.turn(at(t0, 1000), 0, at_state(false, false)).commit);
         assert!(!f.turn(at(t0, 1500), 0, at_state(false, false)).commit);
@@ -201,15 +221,36 @@ mod tests {
 
     #[test]
     fn queues_are_served_in_turn_and_a_shorter_list_after_a_revoke_wraps() {
-        let mut f = Flow::new(4, COMMIT, Instant::now());
+        let mut f = Flow::new(4, 2, COMMIT, Instant::now());
         let order: Vec<usize> = (0..6).map(|_| f.next_queue(3)).collect();
         assert_eq!(order, [1, 2, 0, 1, 2, 0]);
         // Two of four partitions revoked while the index pointed at the last one.
-        let mut f = Flow::new(4, COMMIT, Instant::now());
+        let mut f = Flow::new(4, 2, COMMIT, Instant::now());
         for _ in 0..3 {
             f.next_queue(4);
         }
         let after: Vec<usize> = (0..4).map(|_| f.next_queue(2)).collect();
         assert_eq!(after, [0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn units_leave_a_permit_to_requests() {
+        let t0 = Instant::now();
+        let units = |n| Intake {
+            units_in_flight: n,
+            ..Intake::default()
+        };
+        // A pool of 3: two units at most, whatever room the bound leaves.
+        let mut f = Flow::new(6, 3, COMMIT, t0);
+        assert_eq!(f.turn(t0, 0, units(0)).unit_room, 2);
+        let t = f.turn(t0, 3, units(2));
+        assert_eq!((t.room, t.unit_room), (3, 0));
+        // The room is the bound's: never more units than messages.
+        assert_eq!(f.turn(t0, 5, units(1)).unit_room, 1);
+        // A pool of one still takes units, one at a time.
+        let mut one = Flow::new(2, 1, COMMIT, t0);
+        assert_eq!(one.turn(t0, 0, units(0)).unit_room, 1);
+        let t = one.turn(t0, 1, units(1));
+        assert_eq!((t.room, t.unit_room), (1, 0));
     }
 }

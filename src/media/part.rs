@@ -22,7 +22,7 @@ pub enum Part {
 
 /// One unit of a plan: its frames on the constant-rate timeline the rungs are encoded at (the
 /// frame in slot `n` shown at `n / rate`) and its segments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unit {
     pub index: u32,
     /// Its first frame's slot.
@@ -32,6 +32,10 @@ pub struct Unit {
     pub end_slot: Option<i64>,
     pub first_segment: u32,
     pub segments: u32,
+    /// The source's bytes it reads (`[start, end)`, see `media::video::reads`); empty: the
+    /// whole file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reads: Vec<[u64; 2]>,
 }
 
 /// What the stitch is given: the plan's analysis of the source (no poster yet), each unit's

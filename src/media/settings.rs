@@ -135,6 +135,11 @@ pub struct Profile {
     /// Segments per unit of a long video.
     #[serde(default = "default_unit_segments")]
     pub unit_segments: u32,
+    /// A long video spread over the fleet is playable before it is done: its lowest rung as a
+    /// growing HLS playlist (EVENT) as its units land in order, closed as VOD at the end
+    /// (`job::early`).
+    #[serde(default)]
+    pub early_playback: bool,
     /// Trick-play images of the ladder's run: a sprite sheet and a WebVTT file pointing into it.
     #[serde(default)]
     pub storyboard: Option<StoryboardSpec>,

@@ -30,6 +30,9 @@ pub enum StorageError {
     TooLarge { size: u64, limit: u64 },
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// A ranged read found another version than the one asked for (its ETag).
+    #[error("s3://{bucket}/{key} is no longer the version read before")]
+    Changed { bucket: String, key: String },
     /// Local disk trouble (scratch space) or a rejected write: not the source's fault.
     #[error("storage failure: {0}")]
     Scratch(String),
@@ -58,6 +61,18 @@ pub trait Storage: Send + Sync {
         dest: &Path,
         max_bytes: u64,
     ) -> Result<SourceObject, StorageError>;
+
+    /// Bytes `[start, end)` of `src`, written at the same offsets of the existing file `dest`
+    /// (its other bytes untouched), only while `src` is the version `etag` names
+    /// ([`StorageError::Changed`] otherwise). A long video's unit reads its part of the source
+    /// this way (`media::video::reads`).
+    async fn download_range(
+        &self,
+        src: &SourceRef,
+        dest: &Path,
+        range: [u64; 2],
+        etag: &str,
+    ) -> Result<(), StorageError>;
 
     /// Uploads the file at `path` to `bucket/key`.
     async fn upload(

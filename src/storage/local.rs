@@ -120,6 +120,37 @@ impl Storage for LocalStorage {
         })
     }
 
+    async fn download_range(
+        &self,
+        src: &SourceRef,
+        dest: &Path,
+        range: [u64; 2],
+        etag: &str,
+    ) -> Result<(), StorageError> {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt};
+        let (path, meta) = self.object(src, u64::MAX).await?;
+        if etag_of(&meta) != etag {
+            return Err(StorageError::Changed {
+                bucket: src.bucket.clone(),
+                key: src.key.clone(),
+            });
+        }
+        let [start, end] = range;
+        let mut from = tokio::fs::File::open(&path).await?;
+        from.seek(std::io::SeekFrom::Start(start)).await?;
+        let mut to = tokio::fs::OpenOptions::new().write(true).open(dest).await?;
+        to.seek(std::io::SeekFrom::Start(start)).await?;
+        let copied = tokio::io::copy(&mut from.take(end - start), &mut to).await?;
+        if copied != end - start {
+            return Err(StorageError::Unavailable(format!(
+                "{}: {copied} of {} bytes read",
+                path.display(),
+                end - start
+            )));
+        }
+        Ok(())
+    }
+
     async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>, StorageError> {
         let root = self.resolve(bucket, "probe")?;
         let root = root.parent().expect("bucket dir").to_owned();

@@ -12,7 +12,7 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::{ByteStream, Length};
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
 use super::interface::{Head, ObjectMeta, SourceObject, Storage, StorageError};
 use super::settings::StorageSettings;
@@ -345,6 +345,64 @@ impl Storage for S3Storage {
             size_bytes: written,
             etag,
         })
+    }
+
+    async fn download_range(
+        &self,
+        src: &SourceRef,
+        dest: &Path,
+        range: [u64; 2],
+        etag: &str,
+    ) -> Result<(), StorageError> {
+        let [start, end] = range;
+        let changed = || StorageError::Changed {
+            bucket: src.bucket.clone(),
+            key: src.key.clone(),
+        };
+        let resp = self
+            .client
+            .get_object()
+            .bucket(&src.bucket)
+            .key(&src.key)
+            .range(format!("bytes={start}-{}", end - 1))
+            .if_match(etag)
+            .send()
+            .await
+            .map_err(|e| match status(&e) {
+                // Another version (412), or one shorter than the range asked (416).
+                Some(412 | 416) => changed(),
+                _ => classify_read(e, src),
+            })?;
+        // A store that ignores `If-Match` still names the version it answered with.
+        if resp.e_tag() != Some(etag) {
+            return Err(changed());
+        }
+        let mut body = resp.body;
+        let mut file = tokio::fs::OpenOptions::new().write(true).open(dest).await?;
+        file.seek(std::io::SeekFrom::Start(start)).await?;
+        let mut written = 0u64;
+        while let Some(chunk) = body
+            .try_next()
+            .await
+            .map_err(|e| StorageError::Unavailable(format!("download interrupted: {e}")))?
+        {
+            written += chunk.len() as u64;
+            if written > end - start {
+                return Err(StorageError::Unavailable(format!(
+                    "a ranged read of {} bytes answered more",
+                    end - start
+                )));
+            }
+            file.write_all(&chunk).await?;
+        }
+        if written != end - start {
+            return Err(StorageError::Unavailable(format!(
+                "a ranged read of {} bytes answered {written}",
+                end - start
+            )));
+        }
+        file.flush().await?;
+        Ok(())
     }
 
     async fn upload(

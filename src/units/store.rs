@@ -88,6 +88,11 @@ impl PlanRef {
         self.key(&format!("pieces/{name}"))
     }
 
+    /// What a long video's growing playlist covers (`job::early`).
+    pub fn early_key(&self) -> String {
+        self.key("early.json")
+    }
+
     pub fn answered_key(&self) -> String {
         self.key("records/answered")
     }

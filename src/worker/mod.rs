@@ -49,6 +49,7 @@ impl Intake {
         let (source, acker, deliveries) = KafkaSource::start(
             &settings.kafka,
             settings.max_in_flight(),
+            settings.pool_size(),
             settings.worker.tmp_dir.clone(),
             svc.metrics.clone(),
             health.clone(),

@@ -127,7 +127,13 @@ impl Progress {
     /// A long video's unit landed (see `crate::units`): `landed` of its `of` units, whichever
     /// worker encoded them. The landed count only grows, so the events never go back; the
     /// stitch's share (the last 5 %) is the response's.
-    pub async fn unit_landed(&self, req: &OptimizeRequest, landed: usize, of: usize) {
+    pub async fn unit_landed(
+        &self,
+        req: &OptimizeRequest,
+        landed: usize,
+        of: usize,
+        playable: Option<String>,
+    ) {
         let event = ProgressEvent {
             schema_version: SCHEMA_VERSION,
             request_id: req.request_id.clone(),
@@ -140,6 +146,7 @@ impl Progress {
             elapsed_ms: 0,
             worker: self.worker.clone(),
             at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            playable,
         };
         self.publish(&event).await;
     }
@@ -193,6 +200,7 @@ impl Follower {
             elapsed_ms: 0,
             worker: progress.worker.clone(),
             at: String::new(),
+            playable: None,
         };
         let follow = follow(progress.clone(), template, gate, job.watch(), stop.clone());
         Follower {

@@ -154,9 +154,10 @@ async fn unit_task(d: Delivery, ctx: Arc<Ctx>) {
             request,
             landed,
             of,
+            playable,
         } => {
             if let Some(p) = &ctx.progress {
-                p.unit_landed(&request, landed, of).await;
+                p.unit_landed(&request, landed, of, playable).await;
             }
             return ctx.acker.finished(d.token);
         }

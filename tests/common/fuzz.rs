@@ -93,6 +93,7 @@ pub async fn run(corpus: &Path, count: usize, seed: u64, scratch: &Path) -> Repo
         // Videos past 4 s in units of 2 segments: mutants reach the units and the stitch.
         units_after_secs: 4,
         unit_segments: 2,
+        early_playback: false,
         storyboard: Some(StoryboardSpec {
             interval_secs: 1.0,
             max_tiles: 20,

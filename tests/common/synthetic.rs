@@ -12,8 +12,9 @@ pub fn synthetic_video(dir: &Path, secs: u32, w: u32, h: u32) -> PathBuf {
 }
 
 /// A test pattern encoded as a phone records: 30 fps, H.264 High with CABAC and B-frames at
-/// 12 Mbit/s, AAC. Its decode costs what a real upload's does (the `ultrafast` clips of
-/// [`synthetic_video`] decode several times cheaper).
+/// 12 Mbit/s for 1080p (in proportion to the pixels below, at least 2 Mbit/s), AAC. Its decode
+/// costs what a real upload's does (the `ultrafast` clips of [`synthetic_video`] decode several
+/// times cheaper).
 pub fn camera_like_video(dir: &Path, secs: u32, w: u32, h: u32) -> PathBuf {
     let out = dir.join(format!("camera-like-{secs}s-{w}x{h}.mp4"));
     let h264 = [
@@ -24,7 +25,13 @@ pub fn camera_like_video(dir: &Path, secs: u32, w: u32, h: u32) -> PathBuf {
         "-pix_fmt",
         "yuv420p",
     ];
-    let rate = ["-b:v", "12M", "-maxrate", "15M", "-bufsize", "24M"];
+    let kbps = (12_000 * u64::from(w * h) / (1920 * 1080)).max(2_000);
+    let rate = [
+        format!("{kbps}k"),
+        format!("{}k", kbps * 5 / 4),
+        format!("{}k", kbps * 2),
+    ];
+    let rate = ["-b:v", &rate[0], "-maxrate", &rate[1], "-bufsize", &rate[2]];
     lavfi_video(&out, secs, w, h, 30, &[&h264[..], &rate[..]].concat());
     out
 }

@@ -11,6 +11,7 @@ pub mod ffprobe;
 pub mod loudness;
 pub mod plan;
 pub mod poster;
+pub mod reads;
 pub mod storyboard;
 pub mod stream;
 pub mod transcode;

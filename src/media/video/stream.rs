@@ -219,6 +219,18 @@ fn avc_codecs(init: &[u8]) -> Option<String> {
 
 /// A track's media playlist (names relative to it, in its folder).
 pub fn media_playlist(t: &Track) -> Vec<u8> {
+    playlist(t, None)
+}
+
+/// A long video's growing playlist (`EXT-X-PLAYLIST-TYPE:EVENT`, no end) over the segments
+/// that have landed in order, its target duration fixed at `target` seconds from the first
+/// (the spec forbids it to change): players poll it until the VOD one replaces it.
+pub fn event_playlist(t: &Track, target: u64) -> Vec<u8> {
+    playlist(t, Some(target))
+}
+
+/// VOD, or EVENT with its target duration.
+fn playlist(t: &Track, event: Option<u64>) -> Vec<u8> {
     let file = |name: String| {
         Path::new(&name)
             .file_name()
@@ -250,10 +262,13 @@ pub fn media_playlist(t: &Track) -> Vec<u8> {
     let p = MediaPlaylist {
         // EXT-X-MAP with fragmented MP4 needs version 6; 7 as ffmpeg writes.
         version: Some(7),
-        target_duration: target,
+        target_duration: event.unwrap_or(target).max(target),
         segments,
-        end_list: true,
-        playlist_type: Some(MediaPlaylistType::Vod),
+        end_list: event.is_none(),
+        playlist_type: Some(match event {
+            None => MediaPlaylistType::Vod,
+            Some(_) => MediaPlaylistType::Event,
+        }),
         independent_segments: true,
         ..Default::default()
     };

@@ -282,6 +282,11 @@ pub fn filter_graph(probe: &VideoProbe, outputs: &Outputs) -> String {
         .join(";")
 }
 
+/// Where a unit's run seeks to (`-ss`): [`PREROLL_SECS`] before its first frame.
+pub fn seek_secs(span: &Span) -> f64 {
+    (span.start_secs - PREROLL_SECS).max(0.0)
+}
+
 /// ffmpeg's arguments for one run writing `outputs`, progress reports on stdout.
 pub fn args(
     settings: &VideoSettings,
@@ -302,7 +307,7 @@ pub fn args(
     if let Some(span) = outputs.span {
         // The run's timestamps are the video's own (from 0 as in a one-run encode), so that
         // the segments of consecutive units follow one another.
-        let from = format!("{:.6}", (span.start_secs - PREROLL_SECS).max(0.0));
+        let from = format!("{:.6}", seek_secs(&span));
         ext(&mut a, &["-copyts", "-start_at_zero", "-ss", &from]);
     }
     a.extend(super::ffprobe::input_args(probe.demuxer, input));

@@ -26,7 +26,7 @@ use super::encode::{WORK, analysis, encode, ffmpeg_error, loudness_of};
 use super::ffprobe::VideoProbe;
 use super::plan::{self, TimeBase};
 use super::transcode::{self, Span, Streaming};
-use super::{poster, storyboard, stream};
+use super::{poster, reads, storyboard, stream};
 use crate::contract::Failure;
 use crate::contract::{Stage, Warning, WarningCode};
 use crate::media::control::{Control, Event};
@@ -67,6 +67,7 @@ pub fn plan(job: &MediaJob, probe: &VideoProbe) -> Option<Vec<Unit>> {
                 end_slot: (i + 1 < count).then(|| u.first_pts + u.frames as i64),
                 first_segment: u.first_segment,
                 segments: u.segments,
+                reads: Vec::new(),
             })
             .collect(),
     )
@@ -544,6 +545,7 @@ pub fn plan_part(
     ));
     let mut warnings = Vec::new();
     let work = out_dir.join(WORK);
+    let units = with_reads(job, probe, input, &work, per_rung, units, ctl);
     let loudness = loudness_of(job, probe, input, &work, per_rung, ctl, &mut warnings)?;
     let filter = loudness
         .as_ref()
@@ -561,6 +563,103 @@ pub fn plan_part(
         tracks,
         plan: Some(units),
     })
+}
+
+/// The units with the bytes each reads (see [`reads`]): left empty (the whole file) for a
+/// container not read in ranges or when the packets cannot be listed.
+fn with_reads(
+    job: &MediaJob,
+    probe: &VideoProbe,
+    input: &Path,
+    work: &Path,
+    limit: std::time::Duration,
+    mut units: Vec<Unit>,
+    ctl: &Control,
+) -> Vec<Unit> {
+    if !reads::ranged(probe.demuxer) || std::fs::create_dir_all(work).is_err() {
+        return units;
+    }
+    let (Ok(size), Some(packets)) = (
+        std::fs::metadata(input).map(|m| m.len()),
+        reads::packets(
+            &job.video,
+            probe,
+            input,
+            &work.join("packets.log"),
+            limit,
+            &ctl.cancel,
+        ),
+    ) else {
+        return units;
+    };
+    let rate = rate(job, probe);
+    let windows: Vec<reads::Window> = units
+        .iter()
+        .map(|u| {
+            let span = u.span(rate);
+            reads::Window {
+                seek_secs: transcode::seek_secs(&span),
+                end_secs: span.end_secs,
+            }
+        })
+        .collect();
+    for (u, r) in units
+        .iter_mut()
+        .zip(reads::ranges(&packets, size, &windows))
+    {
+        u.reads = r;
+    }
+    units
+}
+
+/// What a long video publishes before it is done (`job::early`), written under `dir`: the
+/// growing playlist of its lowest rung over `lowest` (the rung's segments landed in order),
+/// and with the first unit (`first`) the audio's playlist and the master over that rung and the
+/// audio. Named as the finished video's files, the master last.
+pub fn early_stream(
+    job: &MediaJob,
+    lowest: &Track,
+    audio: Option<&Track>,
+    first: bool,
+    dir: &Path,
+) -> Result<Vec<ProducedFile>, MediaError> {
+    // Fixed from the first playlist on: one second over the segments' target.
+    let target = u64::from(job.profile.segment_secs) + 1;
+    fn playlist(t: &Track, bytes: Vec<u8>) -> (String, Vec<u8>, Option<&Track>) {
+        (
+            names::in_stream(&names::media_playlist(t.id)),
+            bytes,
+            Some(t),
+        )
+    }
+    let mut out = vec![playlist(lowest, stream::event_playlist(lowest, target))];
+    if first {
+        if let Some(a) = audio {
+            out.push(playlist(a, stream::media_playlist(a)));
+        }
+        let master = stream::master_playlist(std::slice::from_ref(lowest), audio);
+        out.push((names::HLS_MASTER.to_owned(), master, None));
+    }
+    out.into_iter()
+        .map(|(name, bytes, track)| {
+            let path = dir.join(&name);
+            std::fs::create_dir_all(path.parent().expect("in a folder"))?;
+            std::fs::write(&path, &bytes)?;
+            Ok(ProducedFile {
+                name,
+                size_bytes: bytes.len() as u64,
+                path,
+                role: Role::Segment,
+                format: FileFormat::Hls(track.map(|t| t.id)),
+                width: track.map_or(0, |t| t.width),
+                height: track.map_or(0, |t| t.height),
+                duration_ms: None,
+                frames: None,
+                crop: None,
+                quality: None,
+            })
+        })
+        .collect()
 }
 
 /// A unit's part (`Part::Unit`): its segments, tiles and poster candidates.

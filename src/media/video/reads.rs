@@ -1,0 +1,313 @@
+//! What of the source each unit reads: byte ranges, so that a unit on another worker
+//! downloads its part of the video and not the whole file (the fleet's bytes for one video stay
+//! near the source's size, not units × size).
+//!
+//! A unit's ffmpeg opens the container (its header and index), seeks to the keyframe before its
+//! range (`-ss`, a second before its first frame) and reads the packets from there to its end;
+//! its probe reads the header and the first seconds of packets. Those bytes are found from the
+//! packets themselves (one ffprobe pass over the file, nothing decoded, in the plan): the
+//! container's own bytes are what lies outside every packet, the unit's are the packets of each
+//! stream in its window. The window is wide on both sides (a second before the seek keyframe,
+//! two after the end, a margin of bytes around each range), and the unit falls back to the whole
+//! file if its encode fails on the ranged one (`job::units`): a read too short can cost a
+//! download, never a wrong answer.
+//!
+//! Only containers whose packets carry their byte position and whose index is in the header
+//! or the trailer are read in ranges (MP4/MOV with one `moov`, Matroska/WebM); any other, or a
+//! plan whose ranges would be most of the file, reads the file whole.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::child;
+use super::ffprobe::{VideoProbe, input_args};
+use crate::media::settings::VideoSettings;
+
+/// Bytes between packets at least this long are the container's (a header, an index, cues);
+/// shorter ones are per-packet framing, read with the packets around them.
+const CONTAINER_GAP: u64 = 4096;
+/// Bytes added around each range, and the distance under which two ranges become one.
+const MARGIN: u64 = 64 * 1024;
+/// Seconds of packets the unit's probe may read from the start (ffprobe reads the first
+/// packets of each stream for their parameters).
+const PROBE_SECS: f64 = 2.0;
+/// Seconds of packets read before the seek keyframe (interleaving) and after the unit's end
+/// (B-frames decode with the frames after them).
+const BEFORE_SECS: f64 = 1.0;
+const AFTER_SECS: f64 = 0.5;
+/// Ranges summing to more than this share of the file: the file whole.
+const WORTH_IT: f64 = 0.8;
+
+/// One packet as ffprobe lists it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Packet {
+    pub stream: u32,
+    pub video: bool,
+    pub key: bool,
+    /// Presentation and decode times, in seconds.
+    pub pts: f64,
+    pub dts: f64,
+    pub pos: u64,
+    pub size: u64,
+}
+
+/// A unit's window on the video's timeline: from where its ffmpeg seeks (`-ss`), to its end
+/// (none for the last unit).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    pub seek_secs: f64,
+    pub end_secs: Option<f64>,
+}
+
+/// Whether a demuxer's files are read in ranges.
+pub fn ranged(demuxer: &str) -> bool {
+    matches!(demuxer, "mov" | "matroska")
+}
+
+/// The packets of `input` (one ffprobe pass, nothing decoded), or `None` when one has no byte
+/// position.
+pub fn packets(
+    settings: &VideoSettings,
+    probe: &VideoProbe,
+    input: &Path,
+    log: &Path,
+    limit: Duration,
+    cancel: &CancellationToken,
+) -> Option<Vec<Packet>> {
+    let mut cmd = std::process::Command::new(&settings.ffprobe);
+    cmd.current_dir(log.parent().unwrap_or(Path::new(".")))
+        .args(["-v", "error", "-show_entries"])
+        .arg("packet=stream_index,codec_type,pts_time,dts_time,pos,size,flags")
+        .args(["-of", "csv=p=0"])
+        .args(input_args(probe.demuxer, input));
+    let mut out = Vec::new();
+    let mut whole = true;
+    child::run(cmd, log, limit, cancel, &mut |l| match parse(l) {
+        Some(p) => out.push(p),
+        None => whole &= l.trim().is_empty(),
+    })
+    .ok()?;
+    (whole && !out.is_empty()).then_some(out)
+}
+
+/// `codec_type,stream_index,pts_time,dts_time,size,pos,flags` (ffprobe's order of the fields;
+/// a packet with side data has more after them).
+fn parse(line: &str) -> Option<Packet> {
+    let f: Vec<&str> = line.trim().split(',').collect();
+    let [kind, stream, pts, dts, size, pos, flags, ..] = f[..] else {
+        return None;
+    };
+    let time = |t: &str| t.parse::<f64>().ok().filter(|t| t.is_finite());
+    let (pts, dts) = match (time(pts), time(dts)) {
+        (Some(p), Some(d)) => (p, d),
+        (Some(t), None) | (None, Some(t)) => (t, t),
+        (None, None) => return None,
+    };
+    Some(Packet {
+        stream: stream.parse().ok()?,
+        video: kind == "video",
+        key: flags.starts_with('K'),
+        pts,
+        dts,
+        pos: pos.parse().ok()?,
+        size: size.parse().ok()?,
+    })
+}
+
+/// Each window's byte ranges of a file of `size` bytes (`[start, end)`, sorted, apart), or
+/// an empty list for a window that reads the file whole.
+pub fn ranges(packets: &[Packet], size: u64, windows: &[Window]) -> Vec<Vec<[u64; 2]>> {
+    let Some(t0) = packets.iter().map(|p| p.dts.min(p.pts)).reduce(f64::min) else {
+        return vec![Vec::new(); windows.len()];
+    };
+    let container = container_bytes(packets, size);
+    let head = stream_spans(packets, |p| p.dts - t0 <= PROBE_SECS);
+    windows
+        .iter()
+        .map(|w| {
+            // The keyframe ffmpeg's seek lands on: the last one at or before `seek_secs`.
+            let key = packets
+                .iter()
+                .filter(|p| p.video && p.key && p.pts - t0 <= w.seek_secs + 1e-6)
+                .map(|p| p.dts)
+                .reduce(f64::max)
+                .unwrap_or(t0);
+            let from = key - BEFORE_SECS;
+            let to = w.end_secs.map(|e| t0 + e + AFTER_SECS);
+            let own = stream_spans(packets, |p| {
+                p.dts >= from && to.is_none_or(|to| p.dts.min(p.pts) <= to)
+            });
+            let all = container.iter().chain(&head).chain(&own).copied();
+            let merged = merge(all, size);
+            let read: u64 = merged.iter().map(|[a, b]| b - a).sum();
+            if read as f64 > WORTH_IT * size as f64 {
+                Vec::new()
+            } else {
+                merged
+            }
+        })
+        .collect()
+}
+
+/// The bytes outside every packet that are the container's own: before the first packet,
+/// after the last, and every gap of at least [`CONTAINER_GAP`] between them.
+fn container_bytes(packets: &[Packet], size: u64) -> Vec<[u64; 2]> {
+    let mut spans: Vec<[u64; 2]> = packets.iter().map(|p| [p.pos, p.pos + p.size]).collect();
+    spans.sort_unstable();
+    let mut out = Vec::new();
+    let mut end = 0;
+    for [a, b] in spans {
+        if a >= end + CONTAINER_GAP || (end == 0 && a > 0) {
+            out.push([end, a]);
+        }
+        end = end.max(b);
+    }
+    if end < size {
+        out.push([end, size]);
+    }
+    out
+}
+
+/// For each stream, from the first byte to the last of its packets that `keep` takes.
+fn stream_spans(packets: &[Packet], keep: impl Fn(&Packet) -> bool) -> Vec<[u64; 2]> {
+    let mut by_stream: std::collections::BTreeMap<u32, [u64; 2]> = Default::default();
+    for p in packets.iter().filter(|p| keep(p)) {
+        let s = by_stream.entry(p.stream).or_insert([u64::MAX, 0]);
+        s[0] = s[0].min(p.pos);
+        s[1] = s[1].max(p.pos + p.size);
+    }
+    by_stream.into_values().collect()
+}
+
+/// The ranges widened by [`MARGIN`], clipped to the file, sorted and joined where they touch.
+fn merge(ranges: impl Iterator<Item = [u64; 2]>, size: u64) -> Vec<[u64; 2]> {
+    let mut v: Vec<[u64; 2]> = ranges
+        .map(|[a, b]| [a.saturating_sub(MARGIN), (b + MARGIN).min(size)])
+        .filter(|[a, b]| a < b)
+        .collect();
+    v.sort_unstable();
+    let mut out: Vec<[u64; 2]> = Vec::new();
+    for r in v {
+        match out.last_mut() {
+            Some(last) if r[0] <= last[1] + MARGIN => last[1] = last[1].max(r[1]),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 60 s file: a 10 000-byte header, then each second of video (30 packets of 100 KB,
+    /// keyframes every 2 s) and of audio (one 20 KB packet), interleaved second by second or
+    /// all the audio after all the video, and a 50 000-byte index at the end.
+    fn file(interleaved: bool) -> (Vec<Packet>, u64) {
+        let mut v = Vec::new();
+        for s in 0..60 {
+            for f in 0..30 {
+                let t = s as f64 + f as f64 / 30.0;
+                v.push(Packet {
+                    stream: 0,
+                    video: true,
+                    key: f == 0 && s % 2 == 0,
+                    pts: t,
+                    dts: t,
+                    pos: 0,
+                    size: 100_000,
+                });
+            }
+            v.push(Packet {
+                stream: 1,
+                video: false,
+                key: true,
+                pts: s as f64,
+                dts: s as f64,
+                pos: 0,
+                size: 20_000,
+            });
+        }
+        if !interleaved {
+            v.sort_by_key(|p| !p.video);
+        }
+        let mut pos = 10_000;
+        for p in &mut v {
+            p.pos = pos;
+            pos += p.size + 16;
+        }
+        (v, pos + 50_000)
+    }
+
+    #[test]
+    fn a_unit_reads_the_container_the_first_seconds_and_its_own_packets() {
+        let (p, size) = file(true);
+        let w = Window {
+            seek_secs: 29.0,
+            end_secs: Some(38.0),
+        };
+        let r = &ranges(&p, size, &[w])[0];
+        // The header with the first seconds (probe), the unit from the keyframe at 28 s (a
+        // second before it) to past its end, and the index.
+        assert_eq!(r.len(), 3, "{r:?}");
+        assert_eq!(r[0][0], 0);
+        let at = |t: f64| p.iter().find(|x| x.video && x.pts >= t).unwrap().pos;
+        assert!(r[0][1] >= at(2.0) && r[0][1] < at(4.0), "{r:?}");
+        assert!(r[1][0] <= at(27.0) && r[1][0] > at(26.0), "{r:?}");
+        assert!(r[1][1] >= at(38.5) && r[1][1] < at(40.0), "{r:?}");
+        assert_eq!(r[2][1], size);
+        assert!(size - r[2][0] < 50_000 + 2 * MARGIN);
+        // 3 s of probe, 12 s of unit, of 60.
+        let read: u64 = r.iter().map(|[a, b]| b - a).sum();
+        assert!(read < size * 3 / 10, "{read} of {size}");
+    }
+
+    #[test]
+    fn the_last_unit_reads_to_the_end_and_a_wide_window_reads_it_all() {
+        let (p, size) = file(true);
+        let last = Window {
+            seek_secs: 50.0,
+            end_secs: None,
+        };
+        let all = Window {
+            seek_secs: 0.0,
+            end_secs: Some(59.0),
+        };
+        let r = ranges(&p, size, &[last, all]);
+        assert_eq!(r[0].last().unwrap()[1], size);
+        assert!(r[1].is_empty(), "most of the file: read whole");
+    }
+
+    #[test]
+    fn a_stream_stored_apart_is_read_where_it_is() {
+        // Audio after all the video (a file not interleaved): the unit reads its seconds of
+        // each, not everything between them.
+        let (p, size) = file(false);
+        let w = Window {
+            seek_secs: 20.0,
+            end_secs: Some(26.0),
+        };
+        let r = &ranges(&p, size, &[w])[0];
+        let read: u64 = r.iter().map(|[a, b]| b - a).sum();
+        assert!(read < size / 3, "{r:?}");
+        // The header with the video's first seconds, the unit's video, the audio's first
+        // seconds, the unit's audio, the index.
+        assert_eq!(r.len(), 5, "{r:?}");
+    }
+
+    #[test]
+    fn ffprobe_lines_parse_and_others_do_not() {
+        let p = parse("video,0,1.033333,0.966667,4821,123456,K__").unwrap();
+        assert_eq!(
+            (p.stream, p.video, p.key, p.pos, p.size),
+            (0, true, true, 123456, 4821)
+        );
+        assert!((p.pts - 1.033333).abs() < 1e-9 && (p.dts - 0.966667).abs() < 1e-9);
+        assert!(parse("audio,1,2.0,2.0,300,N/A,K__").is_none());
+        let side_data = parse("audio,1,-0.023220,-0.023220,258,5756,KD,").unwrap();
+        assert_eq!((side_data.pos, side_data.video), (5756, false));
+        assert!(parse("garbage").is_none());
+    }
+}
