@@ -285,11 +285,12 @@ fn output_names(
         .collect()
 }
 
-/// A stack with a unit topic (6 partitions) and a 3-minute 640x360 camera-like video uploaded
-/// as `long.mp4` (the folder it was made in, and its path): the workers' settings, a pool of one
-/// each, in consumer group `group`.
+/// A stack with a unit topic (6 partitions), a progress topic, and a `secs`-long 640x360
+/// camera-like video uploaded as `long.mp4` (the folder it was made in, and its path): the
+/// workers' settings (progress events on), a pool of one each, in consumer group `group`.
 async fn long_video_on_a_fleet(
     group: &str,
+    secs: u32,
 ) -> (
     common::Stack,
     tempfile::TempDir,
@@ -299,11 +300,14 @@ async fn long_video_on_a_fleet(
     let stack = common::Stack::start(3).await;
     let unit_topic = stack.own("media.optimize.units");
     stack.broker.create_topic(&unit_topic, 6);
+    let progress_topic = stack.own("media.optimize.progress");
+    stack.broker.create_topic(&progress_topic, 1);
     let dir = tempfile::tempdir().unwrap();
-    let source = common::synthetic::camera_like_video(dir.path(), 180, 640, 360);
+    let source = common::synthetic::camera_like_video(dir.path(), secs, 640, 360);
     stack.upload_file("long.mp4", &source).await;
     let mut env = stack.worker_env(group);
     env.insert("KAFKA_UNIT_TOPIC".into(), unit_topic);
+    env.insert("KAFKA_PROGRESS_TOPIC".into(), progress_topic);
     env.insert("WORKER_POOL_SIZE".into(), "1".into());
     // What is tested is who encodes which unit, not how well: the fastest preset.
     env.insert("FFMPEG_PRESET".into(), "ultrafast".into());
@@ -325,6 +329,20 @@ fn source_bytes(logs: &[String]) -> u64 {
             }
         })
         .sum()
+}
+
+/// The next response (within 10 minutes), completed.
+fn completed(responses: &common::broker::Responses) -> common::broker::Received {
+    let r = responses
+        .next(Duration::from_secs(600))
+        .expect("a response");
+    assert_eq!(
+        r.body.status,
+        media_worker::contract::Status::Completed,
+        "{:?}",
+        r.body.error
+    );
+    r
 }
 
 /// The first of `workers` whose log says `text`, once one does (within 5 minutes).
@@ -351,10 +369,8 @@ async fn first_to_log(workers: &[common::Worker], text: &str) -> usize {
 /// fetched and decoded).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_long_video_is_encoded_by_the_fleet_and_answered_once() {
-    let (stack, dir, source, mut env) = long_video_on_a_fleet("units").await;
-    let progress_topic = stack.own("media.optimize.progress");
-    stack.broker.create_topic(&progress_topic, 1);
-    env.insert("KAFKA_PROGRESS_TOPIC".into(), progress_topic.clone());
+    let (stack, dir, source, env) = long_video_on_a_fleet("units", 180).await;
+    let progress_topic = env["KAFKA_PROGRESS_TOPIC"].clone();
     let mut workers: Vec<common::Worker> = (0..3)
         .map(|i| {
             let mut env = env.clone();
@@ -549,7 +565,7 @@ fn a_video_shorter_than_its_header_says_is_answered_with_where_it_ends() {
 /// request is answered once, completed, and no unit is encoded twice.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rolling_restart_mid_video_encodes_no_unit_twice() {
-    let (stack, _dir, source, env) = long_video_on_a_fleet("rolling").await;
+    let (stack, _dir, source, env) = long_video_on_a_fleet("rolling", 180).await;
     let start = |name: String| {
         let mut env = env.clone();
         env.insert("WORKER_ID".into(), name);
@@ -615,7 +631,7 @@ async fn a_rolling_restart_mid_video_encodes_no_unit_twice() {
 /// ready, and the same request sent again is done from the new version.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_source_replaced_mid_video_is_never_mixed() {
-    let (stack, dir, _source, env) = long_video_on_a_fleet("replaced").await;
+    let (stack, dir, _source, env) = long_video_on_a_fleet("replaced", 180).await;
     let worker = common::Worker::start(&env);
     worker.ready().await;
     let responses = stack.responses();
@@ -646,15 +662,7 @@ async fn a_source_replaced_mid_video_is_never_mixed() {
     );
     worker.ready().await;
     stack.send(&req).await;
-    let r = responses
-        .next(Duration::from_secs(600))
-        .expect("a response");
-    assert_eq!(
-        r.body.status,
-        media_worker::contract::Status::Completed,
-        "{:?}",
-        r.body.error
-    );
+    let r = completed(&responses);
     let a = r.body.analysis.as_ref().and_then(|a| a.video()).unwrap();
     let duration = a.duration_ms.unwrap();
     assert!(
@@ -670,19 +678,8 @@ async fn a_source_replaced_mid_video_is_never_mixed() {
 /// and the master the whole ladder.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_long_video_plays_before_it_is_done() {
-    let stack = common::Stack::start(3).await;
-    let unit_topic = stack.own("media.optimize.units");
-    stack.broker.create_topic(&unit_topic, 3);
-    let progress_topic = stack.own("media.optimize.progress");
-    stack.broker.create_topic(&progress_topic, 1);
-    let dir = tempfile::tempdir().unwrap();
-    let source = common::synthetic::camera_like_video(dir.path(), 64, 640, 360);
-    stack.upload_file("early.mp4", &source).await;
-    let mut env = stack.worker_env("early");
-    env.insert("KAFKA_UNIT_TOPIC".into(), unit_topic);
-    env.insert("KAFKA_PROGRESS_TOPIC".into(), progress_topic.clone());
-    env.insert("WORKER_POOL_SIZE".into(), "1".into());
-    env.insert("FFMPEG_PRESET".into(), "ultrafast".into());
+    let (stack, dir, _source, mut env) = long_video_on_a_fleet("early", 64).await;
+    let progress_topic = env["KAFKA_PROGRESS_TOPIC"].clone();
     env.insert(
         "MEDIA_WORKER_PROFILES__STREAMING__UNITS_AFTER_SECS".into(),
         "20".into(),
@@ -694,7 +691,7 @@ async fn a_long_video_plays_before_it_is_done() {
     let worker = common::Worker::start(&env);
     worker.ready().await;
     let responses = stack.responses();
-    let mut req = common::request("early", "early.mp4");
+    let mut req = common::request("early", "long.mp4");
     req.profile = Some("streaming".into());
     let sent = std::time::SystemTime::now();
     stack.send(&req).await;
@@ -742,15 +739,7 @@ async fn a_long_video_plays_before_it_is_done() {
         assert!(decodes(&seg) > 0);
     }
 
-    let r = responses
-        .next(Duration::from_secs(600))
-        .expect("a response");
-    assert_eq!(
-        r.body.status,
-        media_worker::contract::Status::Completed,
-        "{:?}",
-        r.body.error
-    );
+    completed(&responses);
     let done = dir.path().join("done");
     stack.fetch_hls(&master_key, &done).await;
     let master = hls(&done.join("master.m3u8"));
