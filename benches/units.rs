@@ -205,7 +205,7 @@ fn main() {
         one_cpu / minutes as f64
     );
 
-    job.profile.units_after_secs = 60;
+    job.profile.units_after_secs = 30;
     for segments in unit_segments {
         job.profile.unit_segments = segments;
         let mut walls = Vec::new();

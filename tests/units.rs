@@ -648,18 +648,30 @@ async fn a_source_replaced_mid_video_is_never_mixed() {
     let e = r.body.error.expect("failed");
     assert_eq!(e.code, media_worker::contract::ErrorCode::SourceNotFound);
     assert!(e.message.contains("replaced"), "{}", e.message);
-    // What was playable early of the first version is gone with the answer.
-    let master = stack
-        .s3c
-        .head_object()
-        .bucket(common::OUTPUT_BUCKET)
-        .key("user-1/videos/long/hls/master.m3u8")
-        .send()
-        .await;
-    assert!(
-        master.is_err(),
-        "an early stream of the old version is left"
-    );
+    // What was playable early of the first version is deleted once it is answered, and
+    // nothing was written where the finished video goes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = stack
+            .s3c
+            .list_objects_v2()
+            .bucket(common::OUTPUT_BUCKET)
+            .prefix("user-1/videos/long/")
+            .send()
+            .await
+            .unwrap();
+        let left: Vec<&str> = listed
+            .contents()
+            .iter()
+            .filter_map(|o| o.key())
+            .filter(|k| k.contains("/early/") || !k.contains("/units/"))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{left:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     worker.ready().await;
     stack.send(&req).await;
     let r = completed(&responses);
@@ -696,23 +708,25 @@ async fn a_long_video_plays_before_it_is_done() {
     let sent = std::time::SystemTime::now();
     stack.send(&req).await;
 
-    let prefix = "user-1/videos/early/hls";
-    let master_key = format!("{prefix}/master.m3u8");
+    // The unit that makes it playable says so in its progress event: the early master.
     let deadline = std::time::Instant::now() + Duration::from_secs(300);
-    loop {
-        let head = stack
-            .s3c
-            .head_object()
-            .bucket(common::OUTPUT_BUCKET)
-            .key(&master_key)
-            .send()
-            .await;
-        if head.is_ok() {
-            break;
+    let event = loop {
+        let playable = stack
+            .records(&progress_topic)
+            .into_iter()
+            .find(|(key, e, _)| key == "early" && !e["playable"].is_null());
+        if let Some((_, e, _)) = playable {
+            break e;
         }
         assert!(std::time::Instant::now() < deadline, "never playable");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let master_key = event["playable"].as_str().unwrap().to_owned();
+    assert!(
+        master_key.starts_with("user-1/videos/early/units/")
+            && master_key.ends_with("/early/hls/master.m3u8"),
+        "{master_key}: beside the plan, not where the finished video goes"
+    );
     let early = dir.path().join("early");
     stack.fetch_hls(&master_key, &early).await;
     let master = hls(&early.join("master.m3u8"));
@@ -740,8 +754,26 @@ async fn a_long_video_plays_before_it_is_done() {
     }
 
     completed(&responses);
+    // Closed once answered: the same EVENT playlist over every segment, with its end.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let ended = loop {
+        let closed_early = dir.path().join("closed");
+        let _ = std::fs::remove_dir_all(&closed_early);
+        stack.fetch_hls(&master_key, &closed_early).await;
+        let p = hls(&closed_early.join("master.m3u8"))["variants"][0]["playlist"].clone();
+        if p["endlist"] == true {
+            break p;
+        }
+        assert!(std::time::Instant::now() < deadline, "never closed: {p}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(ended["playlist_type"], "event", "{ended}");
+    assert_eq!(ended["segments"].as_array().unwrap().len(), 16);
+    // The finished stream where the response says: VOD, the whole ladder.
     let done = dir.path().join("done");
-    stack.fetch_hls(&master_key, &done).await;
+    stack
+        .fetch_hls("user-1/videos/early/hls/master.m3u8", &done)
+        .await;
     let master = hls(&done.join("master.m3u8"));
     let variants = master["variants"].as_array().unwrap();
     assert_eq!(variants.len(), 2, "{master}");
@@ -751,7 +783,7 @@ async fn a_long_video_plays_before_it_is_done() {
     assert_eq!(closed["endlist"], true);
     assert_eq!(closed["segments"].as_array().unwrap().len(), 16);
 
-    // The event that made it playable names the master; when, measured from the request.
+    // One event made it playable; when, measured from the request.
     let playable: Vec<serde_json::Value> = stack
         .records(&progress_topic)
         .into_iter()
@@ -759,8 +791,7 @@ async fn a_long_video_plays_before_it_is_done() {
         .map(|(_, e, _)| e)
         .collect();
     assert_eq!(playable.len(), 1, "{playable:?}");
-    assert_eq!(playable[0]["playable"], master_key.as_str());
-    let at = humantime::parse_rfc3339(playable[0]["at"].as_str().unwrap()).unwrap();
+    let at = humantime::parse_rfc3339(event["at"].as_str().unwrap()).unwrap();
     eprintln!(
         "playable {:.1} s after the request, answered after {:.1} s",
         at.duration_since(sent).unwrap().as_secs_f64(),

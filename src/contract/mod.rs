@@ -463,9 +463,10 @@ pub struct ProgressEvent {
     pub worker: WorkerInfo,
     /// RFC 3339, UTC.
     pub at: String,
-    /// A long video playable before it is done (its profile's `early_playback`): the HLS
-    /// master playlist's key, in the event of the unit that made it playable. Its lowest rung
-    /// grows as units land and is closed (VOD) when the response is published.
+    /// A long video playable before it is done (its profile's `early_playback`): the key of
+    /// its early HLS master playlist (beside its plan, in the output bucket), in the event of
+    /// the unit that made it playable. Its lowest rung grows as units land and is closed once
+    /// the response is published.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub playable: Option<String>,
 }

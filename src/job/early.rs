@@ -1,31 +1,36 @@
 //! A long video playable before it is done (a profile's `early_playback`, units through the
 //! fleet): its lowest rung is published as a growing HLS playlist (`EXT-X-PLAYLIST-TYPE:EVENT`)
-//! as its units land in order, under the keys the finished video has, and closed as VOD when
-//! the stitch writes every output.
+//! as its units land in order, and closed (`EXT-X-ENDLIST`) when the video is answered.
 //!
-//! - The plan's worker also uploads the audio (encoded whole) under its own keys.
-//! - A unit's worker also uploads its lowest rung's init and segments under theirs before its
-//!   record, so every segment a playlist names exists before the playlist does.
-//! - After its record, the lander extends the playlist over the units landed in order from
-//!   the first: it reads `early.json` beside the plan (the units it covers, the rung's track so
+//! The early stream lives beside the plan, under `{user}/videos/{media}/units/{plan_id}/early/`
+//! (`hls/master.m3u8` and the files it names), never under the finished video's keys: those may
+//! hold an earlier version's outputs until the stitch replaces them, and a video that fails must
+//! leave them as they were.
+//!
+//! - The plan's worker uploads the audio (encoded whole) there.
+//! - A unit's worker uploads its lowest rung's init and segments there before its record, so
+//!   every segment a playlist names exists before the playlist does.
+//! - After its record, the lander extends the playlist over the units landed in order from the
+//!   first: it reads `early.json` beside the plan (the units it covers, the rung's track so
 //!   far), adds the units landed after them, writes the playlist, then `early.json`. With the
-//!   first unit it also writes the master playlist (that rung and the audio) and the audio's
-//!   playlist: the stream is playable from then, and the unit's progress event names the
-//!   master.
-//! - Two landers at the same moment may write the playlist in either order: it can stay a unit
-//!   short until the next lander (or the stitch) writes it again; it never names a segment
-//!   that is not there. The stitch's VOD playlists and full master replace all of it, entry
-//!   points last as for any video.
-
-use std::path::Path;
+//!   first unit it also writes the audio's playlist and, last, the master (that rung and the
+//!   audio): the stream is playable from then, and the unit's progress event names the master.
+//!   Playlists are written `no-cache` (a CDN must not keep a growing one).
+//! - Once every unit has landed nobody extends it (the stitch is on its way); when the video is
+//!   answered, completed, the playlist is written once more over every unit with its end (the
+//!   same EVENT playlist, appended to, as RFC 8216 requires of an EVENT playlist); answered with
+//!   a failure, the early stream is deleted.
+//! - Two landers at the same moment may write the playlist in either order: each reads
+//!   `early.json` again just before writing and gives way to one that covers more, which leaves
+//!   a window of a few milliseconds in which the playlist can lose its last unit until the next
+//!   write (the store has no conditional write to close it).
 
 use super::runner::JobRunner;
-use crate::contract::{MediaType, OptimizeRequest};
-use crate::media::output::Track;
-use crate::media::output::{FileFormat, ProducedFile, names};
+use crate::contract::OptimizeRequest;
+use crate::media::output::{FileFormat, ProducedFile, Track, names};
 use crate::media::video::units::early_stream;
-use crate::stages::upload::{self, Destination};
-use crate::storage::StorageError;
+use crate::stages::manifest::profile_of;
+use crate::storage::{ObjectMeta, StorageError};
 use crate::units::PlanRef;
 use crate::units::store::{self, PlanRecord, UnitRecord};
 
@@ -41,32 +46,41 @@ struct Published {
 impl JobRunner {
     /// Whether `req`'s profile publishes its long videos before they are done.
     pub(super) fn early(&self, req: &OptimizeRequest) -> bool {
-        let settings = &self.services().settings;
-        settings.profiles[crate::stages::manifest::profile_of(req)].early_playback
+        self.services().settings.profiles[profile_of(req)].early_playback
     }
 
-    /// Uploads `files` under the request's own keys (the finished video's).
-    pub(super) async fn publish_files<'f>(
+    /// Uploads `files` into the plan's early stream (in order, one at a time: a playlist after
+    /// what it names).
+    pub(super) async fn publish_early(
         &self,
+        plan: &PlanRef,
         req: &OptimizeRequest,
-        files: impl IntoIterator<Item = &'f ProducedFile>,
+        files: Vec<&ProducedFile>,
     ) -> Result<(), StorageError> {
         let svc = self.services();
-        let to = Destination {
-            storage: &*svc.storage,
-            metrics: &svc.metrics,
-            bucket: &svc.settings.storage.output_bucket,
-            req,
-            media_type: MediaType::Video,
-            cache_control: &svc.settings.profiles[crate::stages::manifest::profile_of(req)]
-                .cache_control,
-        };
-        upload::run(&to, files).await.map(|_| ())
+        let segments = &svc.settings.profiles[profile_of(req)].cache_control;
+        for f in files {
+            let cache_control = match f.format {
+                FileFormat::Hls(_) => "no-cache",
+                _ => segments,
+            };
+            let meta = ObjectMeta {
+                content_type: f.format.content_type(),
+                cache_control,
+            };
+            let key = plan.early_key(&f.name);
+            svc.storage
+                .upload(&plan.bucket, &key, &f.path, &meta)
+                .await?;
+            svc.metrics.bytes_uploaded.inc_by(f.size_bytes);
+        }
+        Ok(())
     }
 
-    /// A unit's lowest rung (its init and segments), uploaded under the video's keys.
+    /// A unit's lowest rung (its init and segments), uploaded into the early stream.
     pub(super) async fn publish_lowest(
         &self,
+        plan: &PlanRef,
         req: &OptimizeRequest,
         tracks: &[Track],
         files: &[ProducedFile],
@@ -76,73 +90,39 @@ impl JobRunner {
         };
         let of_it = files
             .iter()
-            .filter(|f| matches!(f.format, FileFormat::Cmaf(id, _) if id == lowest));
-        self.publish_files(req, of_it).await
+            .filter(|f| matches!(f.format, FileFormat::Cmaf(id, _) if id == lowest))
+            .collect();
+        self.publish_early(plan, req, of_it).await
     }
 
-    /// [`Self::extend_playlist`] in a scratch folder of its own, a failure logged: the
-    /// playlist stays as it was until the next unit lands (the stitch writes it whole).
+    /// [`Self::extend_playlist`], a failure logged: the playlist stays as it was until the
+    /// next unit lands (or the video is answered).
     pub(super) async fn extended(&self, plan: &PlanRef, record: &PlanRecord) -> Option<String> {
-        let tmp = &self.services().settings.worker.tmp_dir;
-        let extended = match tempfile::tempdir_in(tmp) {
-            Ok(dir) => self.extend_playlist(plan, record, dir.path()).await,
-            Err(e) => Err(e.into()),
-        };
-        extended.unwrap_or_else(|e| {
-            tracing::warn!(plan = plan.id(), error = %e, "the early playlist was not extended");
-            None
-        })
+        self.extend_playlist(plan, record, false)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(plan = plan.id(), error = %e, "the early playlist was not extended");
+                None
+            })
     }
 
-    /// A video answered with a failure: what was published early is deleted (the entry points
-    /// first), so that no stream of it stays playable, never closed.
-    pub(super) async fn withdraw(
+    /// The playlist extended over the units landed in order (`done`: over every unit, with its
+    /// end); the master's key when this call made the stream playable.
+    async fn extend_playlist(
         &self,
         plan: &PlanRef,
         record: &PlanRecord,
-    ) -> Result<(), StorageError> {
-        let storage = &*self.services().storage;
-        let Some(published) = store::read::<Published>(storage, plan, plan.early_key()).await?
-        else {
-            return Ok(());
-        };
-        let id = published.track.id;
-        let mut names = vec![
-            names::HLS_MASTER.to_owned(),
-            names::in_stream(&names::media_playlist(id)),
-            names::in_stream(&names::init_segment(id)),
-        ];
-        names.extend(
-            (0..published.track.segments.len() as u32)
-                .map(|n| names::in_stream(&names::segment(id, n))),
-        );
-        if let Some(a) = &record.audio {
-            names.push(names::in_stream(&names::media_playlist(a.id)));
-        }
-        names.extend(record.pieces.iter().cloned());
-        let req = &record.request;
-        for name in names {
-            let key = upload::key(&req.user_id, MediaType::Video, &req.media_id, &name);
-            storage.delete(&plan.bucket, &key).await?;
-        }
-        storage.delete(&plan.bucket, &plan.early_key()).await?;
-        tracing::info!(plan = plan.id(), "the early stream withdrawn");
-        Ok(())
-    }
-
-    /// The playlist extended over the units landed in order; the master's key when this call
-    /// made the stream playable.
-    pub(super) async fn extend_playlist(
-        &self,
-        plan: &PlanRef,
-        record: &PlanRecord,
-        scratch: &Path,
+        done: bool,
     ) -> Result<Option<String>, StorageError> {
         let storage = &*self.services().storage;
-        let early_key = plan.early_key();
-        let mut published = store::read::<Published>(storage, plan, early_key.clone()).await?;
+        let state = plan.early_state_key();
+        let mut published = store::read::<Published>(storage, plan, state.clone()).await?;
         let from = published.as_ref().map_or(0, |p| p.units);
         let landed = store::recorded(storage, plan).await?;
+        // Every unit landed: the stitch is on its way, and closes it.
+        if !done && landed.len() >= record.units.len() {
+            return Ok(None);
+        }
         let mut added = 0;
         for i in from..record.units.len() as u32 {
             if !landed.contains(&i) {
@@ -167,34 +147,67 @@ impl JobRunner {
             }
             added += 1;
         }
-        let Some(mut published) = published.filter(|_| added > 0) else {
+        let Some(mut published) = published.filter(|_| added > 0 || done) else {
             return Ok(None);
         };
         published.units = from + added;
+        if !done
+            && let Some(newer) = store::read::<Published>(storage, plan, state.clone()).await?
+            && newer.units >= published.units
+        {
+            return Ok(None);
+        }
         let job = self
             .services()
             .settings
-            .media_job(crate::stages::manifest::profile_of(&record.request), None);
+            .media_job(profile_of(&record.request), None);
         let first = from == 0;
-        let dir = scratch.join("early");
-        tokio::fs::create_dir_all(&dir).await?;
-        let files: Vec<ProducedFile> =
-            early_stream(&job, &published.track, record.audio.as_ref(), first, &dir)
-                .map_err(|e| StorageError::Scratch(format!("the early playlist: {e}")))?;
-        // The media playlists first, the master (with the first unit) last.
-        self.publish_files(&record.request, &files).await?;
-        store::write(storage, plan, early_key, &published, scratch).await?;
+        let tmp = tempfile::tempdir_in(&self.services().settings.worker.tmp_dir)?;
+        let audio = record.audio.as_ref();
+        let files = early_stream(&job, &published.track, audio, first, done, tmp.path())
+            .map_err(|e| StorageError::Scratch(format!("the early playlist: {e}")))?;
+        self.publish_early(plan, &record.request, files.iter().collect())
+            .await?;
+        store::write(storage, plan, state, &published, tmp.path()).await?;
         tracing::info!(
             plan = plan.id(),
             units = published.units,
-            "early playlist extended"
+            done,
+            "early playlist written"
         );
-        let master = upload::key(
-            &record.request.user_id,
-            MediaType::Video,
-            &record.request.media_id,
-            names::HLS_MASTER,
-        );
-        Ok(first.then_some(master))
+        Ok(first.then(|| plan.early_key(names::HLS_MASTER)))
+    }
+
+    /// The video answered: its early stream closed over every unit (`completed`), or deleted.
+    pub(super) async fn end_early(&self, plan: &PlanRef, completed: bool) {
+        let storage = &*self.services().storage;
+        let ended = async {
+            if store::read::<Published>(storage, plan, plan.early_state_key())
+                .await?
+                .is_none()
+                && completed
+            {
+                return Ok(());
+            }
+            if completed {
+                let Some(record) =
+                    store::read::<PlanRecord>(storage, plan, plan.plan_key()).await?
+                else {
+                    return Ok(());
+                };
+                self.extend_playlist(plan, &record, true).await.map(|_| ())
+            } else {
+                // Whatever is there, whether a playlist was ever written or not.
+                for key in storage.list(&plan.bucket, &plan.early_key("")).await? {
+                    storage.delete(&plan.bucket, &key).await?;
+                }
+                storage.delete(&plan.bucket, &plan.early_state_key()).await
+            }
+        };
+        match ended.await {
+            Ok(()) => {}
+            Err(e) => tracing::warn!(plan = plan.id(), completed, error = %e,
+                "the early stream could not be ended"),
+        }
     }
 }

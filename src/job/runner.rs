@@ -577,6 +577,8 @@ impl JobRunner {
                 };
                 return Err((Failure::at(Stage::Download)(error), partial(&None)));
             }
+            // Nothing of the first run is taken for the second's.
+            let _ = tokio::fs::remove_dir_all(scratch.out_dir()).await;
             media = self.native(job, media_job, scratch, cancel, role).await;
         }
         let media = media.map_err(|f| (f, partial(&scan)))?;

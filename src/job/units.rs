@@ -95,6 +95,7 @@ impl JobRunner {
             tracing::warn!(plan = plan.id(), error = %e, "could not mark the plan answered");
             return;
         }
+        self.end_early(plan, completed).await;
         // After a failure the landed units' pieces are kept: the request sent again uses them.
         if !completed {
             return;
@@ -262,11 +263,6 @@ impl JobRunner {
                 failure,
                 partial: Partial::default(),
             };
-            // Answered all the same if this fails: a stream left behind is not a lost answer.
-            if let Err(e) = self.withdraw(plan, &record).await {
-                tracing::warn!(plan = plan.id(), error = %e,
-                    "the early stream could not be withdrawn");
-            }
             let worker = &self.services().worker;
             return Some(response::for_request(
                 worker,
@@ -328,9 +324,9 @@ impl JobRunner {
             return Err((Failure::at(Stage::Transform)(e), partial()));
         };
         let pieces = self.store_pieces(&plan, &media.files).await.map_err(fail)?;
-        // Playable early: the audio (encoded whole) is where the stream will name it.
+        // Playable early: the audio (encoded whole) in the early stream.
         if self.early(h.req) {
-            self.publish_files(h.req, &media.files)
+            self.publish_early(&plan, h.req, media.files.iter().collect())
                 .await
                 .map_err(fail)?;
         }
@@ -417,10 +413,10 @@ impl JobRunner {
     ) -> Result<Done, (Failure, Partial)> {
         let fail = |e: StorageError| (Failure::at(Stage::Upload)(e), Partial::default());
         let pieces = self.store_pieces(plan, &media.files).await.map_err(fail)?;
-        // Playable early: the lowest rung's segments where the stream names them, before the
-        // record that lets a playlist name them.
+        // Playable early: the lowest rung's segments in the early stream, before the record
+        // that lets a playlist name them.
         if self.early(req) {
-            self.publish_lowest(req, &media.tracks, &media.files)
+            self.publish_lowest(plan, req, &media.tracks, &media.files)
                 .await
                 .map_err(fail)?;
         }

@@ -13,9 +13,14 @@
 //!    before that commit, so a crash before it redelivers the request, which finds the same
 //!    plan and re-issues only the units without a record.
 //! 2. **Units.** A unit task is a job like any other (a pool permit, the sandbox, retries, held
-//!    while the pod is sick): it downloads the source, checks that it is still the planned
-//!    version, encodes its range (`Part::Unit`), stores its pieces, then its record, then
-//!    publishes a progress event of the request (units landed of the plan's). A unit
+//!    while the pod is sick): it downloads its part of the source (the byte ranges the plan
+//!    found for it, `media::video::reads`, each read only from the planned version; the whole
+//!    file for other containers, and once more whole if its encode fails on the part), encodes
+//!    its range (`Part::Unit`), stores its pieces, then its record, then publishes a progress
+//!    event of the request (units landed of the plan's; with `early_playback`, the growing
+//!    playlist extended first: `job::early`). At most one less than the pool's permits of a
+//!    pod's in-flight places go to unit tasks, so requests keep flowing beside a long video
+//!    (`kafka::flow`). A unit
 //!    with a record is not encoded again (checked before it starts and once it holds its
 //!    permit). A unit that fails for good records the failure, and units not started yet are
 //!    skipped; a request sent again after that failure forgets it and keeps the landed units.
@@ -24,8 +29,8 @@
 //!    every output (`Part::Stitch`: playlists, MPD, MP4s assembled without encoding, storyboard,
 //!    poster), uploads them under the keys a one-run encode uses, writes the manifest and
 //!    publishes the request's one response; then it marks the plan answered, so a later stitch
-//!    task (two last units recorded at once) publishes nothing, and, the video done, deletes
-//!    the pieces. Two stitch tasks running at the same moment can both answer: at least once,
+//!    task (two last units recorded at once) publishes nothing, ends the early stream (closed,
+//!    or deleted after a failure), and, the video done, deletes the pieces. Two stitch tasks running at the same moment can both answer: at least once,
 //!    like every response of this worker.
 //!
 //! **Who waits: nobody.** No task waits for another: the request ends once its units are

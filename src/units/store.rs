@@ -88,8 +88,14 @@ impl PlanRef {
         self.key(&format!("pieces/{name}"))
     }
 
-    /// What a long video's growing playlist covers (`job::early`).
-    pub fn early_key(&self) -> String {
+    /// A file of the video's early stream (`job::early`), named as the media code names it
+    /// (`hls/master.m3u8`).
+    pub fn early_key(&self, name: &str) -> String {
+        self.key(&format!("early/{name}"))
+    }
+
+    /// What the early stream's growing playlist covers.
+    pub fn early_state_key(&self) -> String {
         self.key("early.json")
     }
 

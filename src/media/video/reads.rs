@@ -8,13 +8,15 @@
 //! packets themselves (one ffprobe pass over the file, nothing decoded, in the plan): the
 //! container's own bytes are what lies outside every packet, the unit's are the packets of each
 //! stream in its window. The window is wide on both sides (a second before the seek keyframe,
-//! two after the end, a margin of bytes around each range), and the unit falls back to the whole
-//! file if its encode fails on the ranged one (`job::units`): a read too short can cost a
-//! download, never a wrong answer.
+//! half a second after the end, a margin of bytes around each range), and the unit falls back
+//! to the whole file if its encode fails on the ranged one, or comes out short (`job::runner`):
+//! a read too short can cost a download, never a wrong answer.
 //!
-//! Only containers whose packets carry their byte position and whose index is in the header
-//! or the trailer are read in ranges (MP4/MOV with one `moov`, Matroska/WebM); any other, or a
-//! plan whose ranges would be most of the file, reads the file whole.
+//! Only MP4/MOV files with one index (`moov`, at the start or the end) and no fragments are
+//! read in ranges: their demuxer seeks by that index alone. A fragmented MP4 (indexes spread
+//! through the file) and Matroska/WebM (whose seek lands on a cluster that may begin before
+//! the keyframe, and which resyncs silently over bytes it cannot read) are read whole, as is
+//! any other container, and a unit whose ranges would be most of the file.
 
 use std::path::Path;
 use std::time::Duration;
@@ -61,9 +63,38 @@ pub struct Window {
     pub end_secs: Option<f64>,
 }
 
-/// Whether a demuxer's files are read in ranges.
-pub fn ranged(demuxer: &str) -> bool {
-    matches!(demuxer, "mov" | "matroska")
+/// Whether `input` (opened with `demuxer`) is read in ranges: an MP4/MOV whose top-level boxes
+/// hold no fragment (`moof`).
+pub fn ranged(demuxer: &str, input: &Path) -> bool {
+    demuxer == "mov" && matches!(top_level_boxes(input), Ok(boxes) if !boxes.contains(b"moof"))
+}
+
+/// The types of an ISO BMFF file's top-level boxes (at most 100 000 of them).
+fn top_level_boxes(input: &Path) -> std::io::Result<Vec<[u8; 4]>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(input)?;
+    let size = f.metadata()?.len();
+    let (mut at, mut types) = (0u64, Vec::new());
+    while at + 8 <= size && types.len() < 100_000 {
+        let mut head = [0u8; 16];
+        f.seek(SeekFrom::Start(at))?;
+        f.read_exact(&mut head[..8])?;
+        let kind: [u8; 4] = head[4..8].try_into().expect("4 bytes");
+        let len = match u32::from_be_bytes(head[..4].try_into().expect("4 bytes")) {
+            0 => size - at,
+            1 => {
+                f.read_exact(&mut head[8..])?;
+                u64::from_be_bytes(head[8..].try_into().expect("8 bytes"))
+            }
+            n => u64::from(n),
+        };
+        if len < 8 {
+            return Err(std::io::Error::other("a box shorter than its header"));
+        }
+        types.push(kind);
+        at += len;
+    }
+    Ok(types)
 }
 
 /// The packets of `input` (one ffprobe pass, nothing decoded), or `None` when one has no byte
@@ -295,6 +326,45 @@ mod tests {
         // The header with the video's first seconds, the unit's video, the audio's first
         // seconds, the unit's audio, the index.
         assert_eq!(r.len(), 5, "{r:?}");
+    }
+
+    #[test]
+    fn fragmented_mp4s_are_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, boxes: &[(&[u8; 4], u32)]| {
+            let mut bytes = Vec::new();
+            for (kind, len) in boxes {
+                bytes.extend(len.to_be_bytes());
+                bytes.extend(*kind);
+                bytes.resize(bytes.len() + *len as usize - 8, 0);
+            }
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).unwrap();
+            path
+        };
+        let plain = file(
+            "plain.mp4",
+            &[(b"ftyp", 24), (b"moov", 400), (b"mdat", 9000)],
+        );
+        let at_end = file("end.mp4", &[(b"ftyp", 24), (b"mdat", 9000), (b"moov", 400)]);
+        let fragmented = file(
+            "frag.mp4",
+            &[
+                (b"ftyp", 24),
+                (b"moov", 400),
+                (b"moof", 100),
+                (b"mdat", 900),
+            ],
+        );
+        assert!(ranged("mov", &plain) && ranged("mov", &at_end));
+        assert!(!ranged("mov", &fragmented));
+        assert!(!ranged("matroska", &plain));
+        // A box that says it is shorter than its own header.
+        let broken = dir.path().join("broken.mp4");
+        let mut bytes = std::fs::read(&plain).unwrap();
+        bytes[24..28].copy_from_slice(&4u32.to_be_bytes());
+        std::fs::write(&broken, bytes).unwrap();
+        assert!(!ranged("mov", &broken));
     }
 
     #[test]

@@ -222,15 +222,15 @@ pub fn media_playlist(t: &Track) -> Vec<u8> {
     playlist(t, None)
 }
 
-/// A long video's growing playlist (`EXT-X-PLAYLIST-TYPE:EVENT`, no end) over the segments
-/// that have landed in order, its target duration fixed at `target` seconds from the first
-/// (the spec forbids it to change): players poll it until the VOD one replaces it.
-pub fn event_playlist(t: &Track, target: u64) -> Vec<u8> {
-    playlist(t, Some(target))
+/// A long video's growing playlist (`EXT-X-PLAYLIST-TYPE:EVENT`) over the segments that have
+/// landed in order, its target duration fixed at `target` seconds from the first (RFC 8216
+/// forbids it to change), played from its start; `done`: with its end (`EXT-X-ENDLIST`).
+pub fn event_playlist(t: &Track, target: u64, done: bool) -> Vec<u8> {
+    playlist(t, Some((target, done)))
 }
 
-/// VOD, or EVENT with its target duration.
-fn playlist(t: &Track, event: Option<u64>) -> Vec<u8> {
+/// VOD, or EVENT with its target duration and whether it has ended.
+fn playlist(t: &Track, event: Option<(u64, bool)>) -> Vec<u8> {
     let file = |name: String| {
         Path::new(&name)
             .file_name()
@@ -262,13 +262,14 @@ fn playlist(t: &Track, event: Option<u64>) -> Vec<u8> {
     let p = MediaPlaylist {
         // EXT-X-MAP with fragmented MP4 needs version 6; 7 as ffmpeg writes.
         version: Some(7),
-        target_duration: event.unwrap_or(target).max(target),
+        target_duration: event.map_or(target, |(t, _)| t.max(target)),
         segments,
-        end_list: event.is_none(),
+        end_list: event.is_none_or(|(_, done)| done),
         playlist_type: Some(match event {
             None => MediaPlaylistType::Vod,
             Some(_) => MediaPlaylistType::Event,
         }),
+        start: event.map(|_| m3u8_rs::Start::default()),
         independent_segments: true,
         ..Default::default()
     };

@@ -191,6 +191,15 @@ fn encode_range(
         let (track, files) = stream::read_pieces(out_dir, id, size, fps, first)
             .map_err(|e| nothing_from(e, out_dir, id, unit))
             .map_err(at(Stage::Transform))?;
+        // A unit before the last has all its segments, or its source stopped short (a
+        // truncated file, or bytes a ranged read missed: see `reads`).
+        if unit.end_slot.is_some() && track.segments.len() < unit.segments as usize {
+            return Err(at(Stage::Transform)(MediaError::Corrupt(format!(
+                "{id}: {} of its {} segments: the video ends before its header says",
+                track.segments.len(),
+                unit.segments
+            ))));
+        }
         out.tracks.push(track);
         out.files.extend(files);
     }
@@ -576,7 +585,7 @@ fn with_reads(
     mut units: Vec<Unit>,
     ctl: &Control,
 ) -> Vec<Unit> {
-    if !reads::ranged(probe.demuxer) || std::fs::create_dir_all(work).is_err() {
+    if !reads::ranged(probe.demuxer, input) || std::fs::create_dir_all(work).is_err() {
         return units;
     }
     let (Ok(size), Some(packets)) = (
@@ -615,12 +624,14 @@ fn with_reads(
 /// What a long video publishes before it is done (`job::early`), written under `dir`: the
 /// growing playlist of its lowest rung over `lowest` (the rung's segments landed in order),
 /// and with the first unit (`first`) the audio's playlist and the master over that rung and the
-/// audio. Named as the finished video's files, the master last.
+/// audio; `done`: the playlist over every unit, with its end. Named as the finished video's
+/// files, the master last.
 pub fn early_stream(
     job: &MediaJob,
     lowest: &Track,
     audio: Option<&Track>,
     first: bool,
+    done: bool,
     dir: &Path,
 ) -> Result<Vec<ProducedFile>, MediaError> {
     // Fixed from the first playlist on: one second over the segments' target.
@@ -632,7 +643,10 @@ pub fn early_stream(
             Some(t),
         )
     }
-    let mut out = vec![playlist(lowest, stream::event_playlist(lowest, target))];
+    let mut out = vec![playlist(
+        lowest,
+        stream::event_playlist(lowest, target, done),
+    )];
     if first {
         if let Some(a) = audio {
             out.push(playlist(a, stream::media_playlist(a)));
