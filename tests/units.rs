@@ -345,6 +345,35 @@ fn completed(responses: &common::broker::Responses) -> common::broker::Received 
     r
 }
 
+/// The keys under `prefix` in the output bucket once `done` says so of them (within a minute).
+async fn keys_once(
+    stack: &common::Stack,
+    prefix: &str,
+    done: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = stack
+            .s3c
+            .list_objects_v2()
+            .bucket(common::OUTPUT_BUCKET)
+            .prefix(prefix)
+            .send()
+            .await
+            .unwrap();
+        let keys: Vec<String> = listed
+            .contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_owned))
+            .collect();
+        if done(&keys) {
+            return keys;
+        }
+        assert!(std::time::Instant::now() < deadline, "{keys:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// The first of `workers` whose log says `text`, once one does (within 5 minutes).
 async fn first_to_log(workers: &[common::Worker], text: &str) -> usize {
     let deadline = std::time::Instant::now() + Duration::from_secs(300);
@@ -447,28 +476,11 @@ async fn a_long_video_is_encoded_by_the_fleet_and_answered_once() {
     assert!((top - 0.95).abs() < 1e-3, "{events:?}");
 
     // Once answered, the pieces beside the plan are deleted (the plan and records stay).
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let listed = stack
-            .s3c
-            .list_objects_v2()
-            .bucket(common::OUTPUT_BUCKET)
-            .prefix("user-1/videos/long/units/")
-            .send()
-            .await
-            .unwrap();
-        let keys: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();
-        assert!(keys.iter().any(|k| k.ends_with("/plan.json")), "{keys:?}");
-        if !keys.iter().any(|k| k.contains("/pieces/")) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "pieces left: {}",
-            keys.len()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let keys = keys_once(&stack, "user-1/videos/long/units/", |keys| {
+        !keys.iter().any(|k| k.contains("/pieces/"))
+    })
+    .await;
+    assert!(keys.iter().any(|k| k.ends_with("/plan.json")), "{keys:?}");
 
     // The same outputs as one run of `media-worker process` over the file.
     let local = dir.path().join("local");
@@ -650,28 +662,11 @@ async fn a_source_replaced_mid_video_is_never_mixed() {
     assert!(e.message.contains("replaced"), "{}", e.message);
     // What was playable early of the first version is deleted once it is answered, and
     // nothing was written where the finished video goes.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let listed = stack
-            .s3c
-            .list_objects_v2()
-            .bucket(common::OUTPUT_BUCKET)
-            .prefix("user-1/videos/long/")
-            .send()
-            .await
-            .unwrap();
-        let left: Vec<&str> = listed
-            .contents()
-            .iter()
-            .filter_map(|o| o.key())
-            .filter(|k| k.contains("/early/") || !k.contains("/units/"))
-            .collect();
-        if left.is_empty() {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{left:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    keys_once(&stack, "user-1/videos/long/", |keys| {
+        keys.iter()
+            .all(|k| k.contains("/units/") && !k.contains("/early/"))
+    })
+    .await;
     worker.ready().await;
     stack.send(&req).await;
     let r = completed(&responses);
