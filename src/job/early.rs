@@ -19,7 +19,8 @@
 //! - Once every unit has landed nobody extends it (the stitch is on its way); when the video is
 //!   answered, completed, the playlist is written once more over every unit with its end (the
 //!   same EVENT playlist, appended to, as RFC 8216 requires of an EVENT playlist); answered with
-//!   a failure, the early stream is deleted.
+//!   a failure, its playlists are deleted (its segments are kept with the pieces, for the
+//!   request sent again).
 //! - Two landers at the same moment may write the playlist in either order: each reads
 //!   `early.json` again just before writing and gives way to one that covers more, which leaves
 //!   a window of a few milliseconds in which the playlist can lose its last unit until the next
@@ -178,7 +179,8 @@ impl JobRunner {
         Ok(first.then(|| plan.early_key(names::HLS_MASTER)))
     }
 
-    /// The video answered: its early stream closed over every unit (`completed`), or deleted.
+    /// The video answered: its early stream closed over every unit (`completed`), or its
+    /// playlists deleted.
     pub(super) async fn end_early(&self, plan: &PlanRef, completed: bool) {
         let storage = &*self.services().storage;
         let ended = async {
@@ -197,9 +199,12 @@ impl JobRunner {
                 };
                 self.extend_playlist(plan, &record, true).await.map(|_| ())
             } else {
-                // Whatever is there, whether a playlist was ever written or not.
+                // Nothing playable is left. The segments stay, as the pieces do: the request
+                // sent again keeps its landed units, and its playlist names their segments.
                 for key in storage.list(&plan.bucket, &plan.early_key("")).await? {
-                    storage.delete(&plan.bucket, &key).await?;
+                    if key.ends_with(".m3u8") {
+                        storage.delete(&plan.bucket, &key).await?;
+                    }
                 }
                 storage.delete(&plan.bucket, &plan.early_state_key()).await
             }
