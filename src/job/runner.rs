@@ -501,14 +501,8 @@ impl JobRunner {
             scan: scan.clone(),
         };
         // A unit encodes the version its plan was made of, or nothing.
-        if let As::Unit { record, .. } = role
-            && source.etag.as_deref() != Some(record.source_etag.as_str())
-        {
-            let error = JobError::SourceChanged {
-                planned: record.source_etag.clone(),
-                now: source.etag.clone().unwrap_or_default(),
-            };
-            return Err((Failure::at(Stage::Download)(error), partial(&None)));
+        if let Some(f) = not_planned(role, &source) {
+            return Err((f, partial(&None)));
         }
 
         // Scan → nothing decodes a source that clamd has not passed.
@@ -568,14 +562,8 @@ impl JobRunner {
             tracing::warn!(job = job.id(), error = %f.error,
                 "the unit failed on its part of the source: again on the whole file");
             let whole = self.download_whole(req, job, cancel, &source_path).await?;
-            if let As::Unit { record, .. } = role
-                && whole.etag.as_deref() != Some(record.source_etag.as_str())
-            {
-                let error = JobError::SourceChanged {
-                    planned: record.source_etag.clone(),
-                    now: whole.etag.unwrap_or_default(),
-                };
-                return Err((Failure::at(Stage::Download)(error), partial(&None)));
+            if let Some(f) = not_planned(role, &whole) {
+                return Err((f, partial(&None)));
             }
             // Nothing of the first run is taken for the second's.
             let _ = tokio::fs::remove_dir_all(scratch.out_dir()).await;
@@ -785,6 +773,20 @@ fn verdict_on_the_input(e: &JobError) -> bool {
                 | MediaError::Transform(_)
         )
     )
+}
+
+/// A unit whose source download is not the version its plan was made of: it encodes that
+/// version or nothing.
+fn not_planned(role: &As, source: &SourceInfo) -> Option<Failure> {
+    let As::Unit { record, .. } = role else {
+        return None;
+    };
+    (source.etag.as_deref() != Some(record.source_etag.as_str())).then(|| {
+        Failure::at(Stage::Download)(JobError::SourceChanged {
+            planned: record.source_etag.clone(),
+            now: source.etag.clone().unwrap_or_default(),
+        })
+    })
 }
 
 /// A unit's ranged read that found another version of its source: the plan's version is gone.
