@@ -14,7 +14,12 @@
 //! playable (`early_playback`): the plan, then the first unit, from the start (the source's
 //! download not counted); run it with `--minutes 1` and `--minutes 10` to compare.
 //!
-//!   cargo bench --bench units [-- --minutes 10 --unit-segments 1,2]
+//!   cargo bench --bench units [-- --minutes 10 --unit-segments 1,2 --workers 1,2]
+//!
+//! This machine's speed drifts (a virtual machine's shared cores), so figures taken one after
+//! the other can differ by more than what they compare: `--paired [--once]` runs the one run
+//! and the units side by side, one on each core (see [`paired`]); `--clip FILE` takes a clip
+//! made before; `--time-units 0,74` times single units.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -98,8 +103,9 @@ struct Took {
     first_playable: f64,
 }
 
-/// The units of `plan` by `workers` threads, each pinned to a core of its own.
-fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize) -> Took {
+/// The units of `plan` by `workers` threads, pinned to cores `first_core`, `first_core + 1`, ...
+fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize, first_core: usize) -> Took {
+    pin(first_core);
     let probe = ffprobe::run(
         &job.video,
         input,
@@ -125,7 +131,7 @@ fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize) -> Took {
             let (queue, tracks, walls, first) = (&queue, &tracks, &walls, &first);
             let own = out.join(format!("worker-{core}"));
             s.spawn(move || {
-                pin(core);
+                pin(first_core + core);
                 let out = own.as_path();
                 loop {
                     let Some(unit) = queue.lock().unwrap().next() else {
@@ -166,6 +172,91 @@ fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize) -> Took {
     }
 }
 
+/// Each unit of `which` alone on core 0 (`--time-units 0,74`): whether a unit's cost depends
+/// on where in the video it is.
+fn time_units(job: &mut MediaJob, input: &Path, dir: &Path, which: &[u32]) {
+    pin(0);
+    job.profile.units_after_secs = 30;
+    job.profile.unit_segments = arg("--unit-segments", "2").parse().unwrap();
+    let log = dir.join("ffprobe.log");
+    let probe = ffprobe::run(
+        &job.video,
+        input,
+        Container::IsoBmff,
+        &log,
+        &Default::default(),
+    );
+    let plan = units::plan(job, &probe.unwrap()).expect("planned");
+    for &i in which {
+        let unit = plan[i as usize].clone();
+        let out = dir.join(format!("unit-{i}"));
+        let mut unit_job = job.clone();
+        unit_job.part = Part::Unit(unit);
+        let (cpu, started) = (cpu_seconds(), Instant::now());
+        process(&unit_job, input, &out);
+        println!(
+            "unit {i} of {}: wall {:.2} s, CPU {:.2} s",
+            plan.len(),
+            started.elapsed().as_secs_f64(),
+            cpu_seconds() - cpu
+        );
+    }
+}
+
+/// The one run and the units (one worker) at the same time, one on each core, then with the
+/// cores swapped (`--paired`): this machine's speed drifts by up to 1.6x from one minute to the
+/// next (a virtual machine's shared cores), so figures taken one after the other compare two
+/// machines. Run side by side, both see the same drift; swapping cancels a difference between
+/// the cores. Each is one thread on its core, so its wall time is its CPU time.
+fn paired(job: &mut MediaJob, input: &Path, dir: &Path, minutes: u32) {
+    job.profile.unit_segments = arg("--unit-segments", "2").parse().unwrap();
+    let mut ratios = Vec::new();
+    // `--once`: one order only (a 10-minute clip takes about 25 minutes an order).
+    let orders = if std::env::args().any(|a| a == "--once") {
+        &[(1, 0)][..]
+    } else {
+        &[(1, 0), (0, 1)][..]
+    };
+    for &(one_core, units_core) in orders {
+        let one_dir = dir.join(format!("one-{one_core}"));
+        let units_dir = dir.join(format!("units-{units_core}"));
+        std::fs::create_dir_all(&units_dir).unwrap();
+        let (one, units) = std::thread::scope(|s| {
+            let one = s.spawn(|| {
+                pin(one_core);
+                let mut job = job.clone();
+                job.profile.units_after_secs = minutes * 60 + 1;
+                let started = Instant::now();
+                process(&job, input, &one_dir);
+                started.elapsed().as_secs_f64()
+            });
+            let units = s.spawn(|| {
+                let mut job = job.clone();
+                job.profile.units_after_secs = 30;
+                units_by(&job, input, &units_dir, 1, units_core)
+            });
+            (one.join().unwrap(), units.join().unwrap())
+        });
+        let (one_bytes, units_bytes) = (bytes(&one_dir), bytes(&units_dir));
+        let mean = units.units.iter().sum::<f64>() / units.units.len() as f64;
+        println!(
+            "one run on core {one_core}: {one:.1} s; units on core {units_core}: {:.1} s              ({:.3} x; the plan {:.1} s, {} units of {mean:.2} s); bytes {:+.2} %",
+            units.wall,
+            units.wall / one,
+            units.plan,
+            units.units.len(),
+            (units_bytes as f64 / one_bytes as f64 - 1.0) * 100.0
+        );
+        ratios.push(units.wall / one);
+        let _ = std::fs::remove_dir_all(&one_dir);
+        let _ = std::fs::remove_dir_all(&units_dir);
+    }
+    println!(
+        "units against one run, side by side: {:.3} x (mean of both core orders)",
+        ratios.iter().sum::<f64>() / ratios.len() as f64
+    );
+}
+
 fn main() {
     let minutes: u32 = arg("--minutes", "10").parse().unwrap();
     let unit_segments: Vec<u32> = arg("--unit-segments", "2")
@@ -174,10 +265,22 @@ fn main() {
         .collect();
     media::init(1);
     let dir = tempfile::tempdir().unwrap();
-    let clip: PathBuf = synthetic::camera_like_video(dir.path(), minutes * 60, 1920, 1080);
+    let clip: PathBuf = match arg("--clip", "").as_str() {
+        "" => synthetic::camera_like_video(dir.path(), minutes * 60, 1920, 1080),
+        path => PathBuf::from(path),
+    };
     let settings = Settings::load_from(None, Vec::new()).unwrap();
     let mut job = settings.media_job("streaming", None);
     job.ffmpeg_threads = 1;
+    if std::env::args().any(|a| a == "--paired") {
+        paired(&mut job, &clip, dir.path(), minutes);
+        return;
+    }
+    if let Some(which) = Some(arg("--time-units", "")).filter(|a| !a.is_empty()) {
+        let which: Vec<u32> = which.split(',').map(|n| n.parse().unwrap()).collect();
+        time_units(&mut job, &clip, dir.path(), &which);
+        return;
+    }
 
     // One run, on one core (or its figures from an earlier run: `--one-run WALL,CPU,BYTES`).
     pin(0);
@@ -209,10 +312,14 @@ fn main() {
     for segments in unit_segments {
         job.profile.unit_segments = segments;
         let mut walls = Vec::new();
-        for workers in [1, 2] {
+        let counts: Vec<usize> = arg("--workers", "1,2")
+            .split(',')
+            .map(|n| n.parse().unwrap())
+            .collect();
+        for &workers in &counts {
             let out = dir.path().join(format!("units-{segments}-{workers}"));
             std::fs::create_dir_all(&out).unwrap();
-            let took = units_by(&job, &clip, &out, workers);
+            let took = units_by(&job, &clip, &out, workers, 0);
             let b = bytes(&out);
             let slowest = took.units.iter().copied().fold(0.0, f64::max);
             let mean = took.units.iter().sum::<f64>() / took.units.len() as f64;
@@ -234,9 +341,11 @@ fn main() {
             walls.push(took.wall);
             let _ = std::fs::remove_dir_all(&out);
         }
-        println!(
-            "units of {segments} segment(s): two workers {:.2} x faster than one",
-            walls[0] / walls[1]
-        );
+        if let [one, two] = walls[..] {
+            println!(
+                "units of {segments} segment(s): two workers {:.2} x faster than one",
+                one / two
+            );
+        }
     }
 }

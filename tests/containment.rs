@@ -51,42 +51,6 @@ fn pool_of_one(stack: &Stack, group: &str, dir: &Path, extra: &[(&str, &str)]) -
     worker
 }
 
-/// CPU ticks used so far by each sandbox child of `worker`.
-fn sandbox_ticks(worker: &Worker) -> BTreeMap<i32, u64> {
-    worker
-        .sandboxes()
-        .into_iter()
-        .filter_map(|p| Some((p, proc_stat(p)?.2)))
-        .collect()
-}
-
-/// A sandbox child of `worker` that has used `ticks` of CPU more than it had in `before`
-/// (then idle): it is in the middle of a job's decoding or encoding.
-fn busy_sandbox(worker: &Worker, before: &BTreeMap<i32, u64>, ticks: u64) -> i32 {
-    wait_for("a sandbox child at work", MINUTE, || {
-        sandbox_ticks(worker).into_iter().find_map(|(p, used)| {
-            (used >= before.get(&p).copied().unwrap_or(0) + ticks).then_some(p)
-        })
-    })
-}
-
-/// After a job: the worker up and ready, its scratch empty, no zombie and no process left but
-/// the pool's idle children.
-fn clean_and_well(worker: &Worker, pool: usize) {
-    assert_eq!(worker.http_get("/health/ready").unwrap().0, 200);
-    let scratch: Vec<_> = std::fs::read_dir(worker.scratch_dir())
-        .map(|d| d.flatten().map(|e| e.file_name()).collect())
-        .unwrap_or_default();
-    assert!(scratch.is_empty(), "scratch left: {scratch:?}");
-    assert_eq!(zombies_of(worker.pid()), Vec::<i32>::new(), "zombies");
-    let children = children_of(worker.pid());
-    assert!(
-        children.len() <= pool && children.iter().all(|p| cmdline(*p).contains("sandbox")),
-        "children: {:?}",
-        children.iter().map(|p| cmdline(*p)).collect::<Vec<_>>()
-    );
-}
-
 /// SIGSEGV to the sandbox child in the middle of a job: tried once more in a fresh child (and
 /// completed); when that one is killed too, the job is answered `media_crashed` naming the
 /// signal. The worker stays up and ready, and the next job succeeds.

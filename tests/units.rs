@@ -323,7 +323,9 @@ fn source_bytes(logs: &[String]) -> u64 {
         .filter_map(|l| {
             let f = &l["fields"];
             match f["message"].as_str()? {
-                "the unit's part of the source downloaded" => f["read"].as_u64(),
+                "part of the source downloaded" | "the source's header and index downloaded" => {
+                    f["read"].as_u64()
+                }
                 "source downloaded" => f["bytes"].as_u64(),
                 _ => None,
             }
@@ -622,10 +624,10 @@ async fn a_rolling_restart_mid_video_encodes_no_unit_twice() {
         .map(|l| l.matches("unit landed").count())
         .collect();
     assert_eq!(landed.iter().sum::<usize>(), 180 / 8 + 1, "{landed:?}");
-    // What the fleet downloaded of the source: the request's whole file, then each unit its
-    // part of it: its 8 s, from the source keyframe before its pre-roll (x264's default GOP
-    // here, 8.3 s), its probe's first 2 s and the index (3.2x of the source measured; every
-    // unit's whole file was 24x).
+    // What the fleet downloaded of the source: the request its header and index, then the
+    // audio and the first half second; each unit its index, first half second and its video,
+    // from the keyframe before its pre-roll (x264's default GOP here, 8.3 s, on 8 s units).
+    // Every unit reading the whole file was 24x; the request reading it whole, 3.2x.
     let size = std::fs::metadata(&source).unwrap().len();
     let read = source_bytes(&logs);
     eprintln!(
@@ -633,7 +635,7 @@ async fn a_rolling_restart_mid_video_encodes_no_unit_twice() {
         read as f64 / size as f64
     );
     assert!(
-        read <= 4 * size,
+        read <= 2 * size,
         "{read} bytes read of a {size}-byte source"
     );
 }
@@ -675,6 +677,169 @@ async fn a_source_replaced_mid_video_is_never_mixed() {
     assert!(
         duration.abs_diff(20_000) < 100,
         "{duration} ms: not the new version's"
+    );
+}
+
+/// How many times a unit that reads its part of the source (`media::video::reads`) and whose
+/// sandbox child crashes on every try is run before its failure is its answer: twice on its
+/// part (a crashed try is tried once more in a fresh child, `sandbox::pool`), then, the part
+/// suspected (`job::runner`), twice on the whole file.
+const TRIES_OF_A_CRASHING_UNIT: usize = 4;
+
+/// Whether unit `index` of the plan under `prefix` in the output bucket reads its part of the
+/// source (byte ranges) rather than the whole file, per the stored plan.
+async fn reads_its_part(stack: &common::Stack, prefix: &str, index: u64) -> bool {
+    let keys = keys_once(stack, prefix, |keys| {
+        keys.iter().any(|k| k.ends_with("/plan.json"))
+    })
+    .await;
+    let key = keys.iter().find(|k| k.ends_with("/plan.json")).unwrap();
+    let (bytes, _, _) = stack.get(common::OUTPUT_BUCKET, key).await;
+    let plan: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    let unit = &plan["units"][index as usize];
+    assert_eq!(unit["index"].as_u64(), Some(index), "{plan}");
+    unit["reads"].as_array().is_some_and(|r| !r.is_empty())
+}
+
+/// The index of the unit task `worker` has in hand (its key on `/jobs`: `{plan}/{index}`), its
+/// only one.
+fn unit_at_work(worker: &common::Worker) -> u64 {
+    let jobs = worker.jobs();
+    let units: Vec<u64> = jobs
+        .iter()
+        .filter_map(|j| j["request_id"].as_str()?.split_once('/')?.1.parse().ok())
+        .collect();
+    assert_eq!(units.len(), 1, "{jobs:?}");
+    units[0]
+}
+
+/// The fields of each line of a worker's JSON `log` whose message is `message`.
+fn logged(log: &str, message: &str) -> Vec<serde_json::Value> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|l| l["fields"].clone())
+        .filter(|f| f["message"] == message)
+        .collect()
+}
+
+/// A unit whose sandbox child is killed (SIGSEGV) on every try, on a one-worker fleet: after
+/// its tries ([`TRIES_OF_A_CRASHING_UNIT`]) the request is answered once, `media_crashed`,
+/// naming the signal and where in the video the unit starts; the other units are skipped, not
+/// encoded, and every task of the unit topic is taken (none left behind); nothing is written
+/// where the finished video goes and no early playlist stays; the worker stays ready and clean,
+/// and answers the next job.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_unit_that_keeps_crashing_is_answered_after_its_retries() {
+    use media_worker::contract::{ErrorCode, Stage, Status};
+    let (stack, _dir, _source, mut env) = long_video_on_a_fleet("crashing", 40).await;
+    env.insert(
+        "MEDIA_WORKER_PROFILES__STREAMING__UNITS_AFTER_SECS".into(),
+        "20".into(),
+    );
+    let unit_topic = env["KAFKA_UNIT_TOPIC"].clone();
+    let worker = common::Worker::start(&env);
+    worker.ready().await;
+    let responses = stack.responses();
+    let mut req = common::request("crashing", "long.mp4");
+    req.profile = Some("streaming".into());
+    stack.send(&req).await;
+    let fleet = std::slice::from_ref(&worker);
+    first_to_log(fleet, "video planned as units").await;
+    // The plan's child is done: the next child at work is a unit's, and a pool of one takes
+    // one unit at a time. 0.3 s of CPU (its ffmpeg's): well into the unit, well before its
+    // end.
+    let mut idle = common::sandbox_ticks(&worker);
+    let mut pid = common::busy_sandbox(&worker, &idle, 30);
+    let first = unit_at_work(&worker);
+    let mut unit = first;
+    // Unit 0 starts at 0 s, which says little of where a unit is: when it is taken first, it
+    // lands, and the next unit is the one that crashes.
+    if first == 0 {
+        first_to_log(fleet, "unit landed").await;
+        idle = common::sandbox_ticks(&worker);
+        pid = common::busy_sandbox(&worker, &idle, 30);
+        unit = unit_at_work(&worker);
+    }
+    assert!(unit > 0, "unit {unit} after unit {first}");
+    // Every unit of this source reads its part (ranges under 80 % of the file).
+    let ranged = reads_its_part(&stack, "user-1/videos/crashing/units/", unit).await;
+    assert!(ranged, "unit {unit} reads the whole file");
+    for t in 0..TRIES_OF_A_CRASHING_UNIT {
+        if t > 0 {
+            pid = common::busy_sandbox(&worker, &idle, 30);
+            assert_eq!(unit_at_work(&worker), unit, "try {t}");
+        }
+        // SAFETY: a signal to a process of this test's worker.
+        unsafe { libc::kill(pid, libc::SIGSEGV) };
+        assert!(
+            common::exits_within(pid, Duration::from_secs(5)),
+            "{pid} survived"
+        );
+    }
+    let r = responses.next(2 * common::MINUTE).expect("a response");
+    assert_eq!(r.key, "crashing");
+    assert_eq!(r.body.status, Status::Failed, "{:?}", r.body);
+    let e = r.body.error.expect("failed");
+    assert_eq!(e.code, ErrorCode::MediaCrashed, "{}", e.message);
+    assert!(e.message.contains("SIGSEGV") && !e.retryable, "{e:?}");
+    assert!(matches!(e.stage, Stage::Probe | Stage::Transform), "{e:?}");
+
+    // Every task of the unit topic (the units and the stitch) taken and committed: none is
+    // left to be encoded or to answer again.
+    common::wait_until("every unit task taken", common::MINUTE, || {
+        (stack.uncommitted(&unit_topic, "crashing", 6) == 0).then_some(())
+    })
+    .await;
+    // Each try died; the unit failed once, and no unit but those landed before it was
+    // encoded.
+    let log = worker.log();
+    let planned = logged(&log, "video planned as units: sending them to the fleet");
+    assert_eq!(planned.len(), 1, "{planned:?}");
+    let units = planned[0]["units"].as_u64().unwrap() as usize;
+    assert_eq!(units, 5, "{planned:?}");
+    let died = logged(&log, "sandbox job process died").len();
+    assert_eq!(died, TRIES_OF_A_CRASHING_UNIT);
+    assert_eq!(
+        worker.metric("media_worker_sandbox_deaths_total "),
+        Some(TRIES_OF_A_CRASHING_UNIT as f64)
+    );
+    let whole = "the part failed on its bytes of the source: again on the whole file";
+    assert_eq!(logged(&log, whole).len(), 1);
+    let failed = logged(&log, "unit failed for good");
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["unit"].as_u64(), Some(unit), "{failed:?}");
+    let landed = usize::from(first == 0);
+    assert_eq!(logged(&log, "unit landed").len(), landed);
+    // Each unit task taken after the failure is dropped: before the answer for the failure,
+    // after it as answered.
+    let skipped = logged(&log, "another unit failed: not encoded").len()
+        + logged(&log, "already answered").len();
+    assert_eq!(skipped, units - 1 - landed);
+    // Nothing where the finished video goes, and no early playlist left to play.
+    keys_once(&stack, "user-1/videos/crashing/", |keys| {
+        keys.iter()
+            .all(|k| k.contains("/units/") && !(k.contains("/early/") && k.ends_with(".m3u8")))
+    })
+    .await;
+
+    // The worker ready, and the next job answered: the next response (no second one for the
+    // video before it).
+    worker.ready().await;
+    stack.upload_corpus("pillow_flower.jpg").await;
+    stack
+        .send(&common::request("after", "pillow_flower.jpg"))
+        .await;
+    assert_eq!(completed(&responses).key, "after");
+    assert!(worker.jobs().is_empty(), "{:?}", worker.jobs());
+    common::clean_and_well(&worker, 1);
+
+    // Where in the video the failing unit starts (units of 2 segments of 4 s), as a unit's
+    // other failures say it (`media::video::units`). Checked last: the rest holds without it.
+    let at = format!("unit {unit} (from {:.1} s)", unit as f64 * 8.0);
+    assert!(
+        e.message.contains(&at),
+        "{:?} does not say {at:?}",
+        e.message
     );
 }
 

@@ -478,7 +478,19 @@ impl JobRunner {
             As::Unit { record, unit, .. } if !unit.reads.is_empty() => Some((record, unit)),
             _ => None,
         };
+        // The request of a long MP4/MOV on a worker that spreads it: the plan's part.
+        let profile = manifest::profile_of(req);
+        let mut plan_ranged = false;
         let source = match ranged {
+            None if self.reads_in_parts(req, profile, role) => {
+                match self.plan_source(req, job, cancel, scratch, role).await? {
+                    Some(source) => {
+                        plan_ranged = true;
+                        source
+                    }
+                    None => self.download_whole(req, job, cancel, &source_path).await?,
+                }
+            }
             Some((record, unit)) => {
                 let download = download::ranges(
                     &*svc.storage,
@@ -506,7 +518,6 @@ impl JobRunner {
         }
 
         // Scan → nothing decodes a source that clamd has not passed.
-        let profile = manifest::profile_of(req);
         // What the resume record and the manifest are kept for: this profile's settings.
         let fingerprint = manifest::fingerprint(&svc.settings, profile);
         // A unit's source was scanned when its request was.
@@ -556,11 +567,19 @@ impl JobRunner {
         let mut media = self
             .native(job, media_job.clone(), scratch, cancel, role)
             .await;
-        if let (Some(_), Err(f)) = (ranged, &media)
-            && verdict_on_the_input(&f.error)
-        {
-            tracing::warn!(job = job.id(), error = %f.error,
-                "the unit failed on its part of the source: again on the whole file");
+        // A part that failed on its bytes of the source, or a request's that found no plan in
+        // them (its video was not long after all): again on the whole file.
+        let again = match &media {
+            Err(f) => verdict_on_the_input(&f.error),
+            Ok(m) => plan_ranged && m.as_ref().is_some_and(|m| m.plan.is_none()),
+        };
+        if (ranged.is_some() || plan_ranged) && again {
+            let error = media.as_ref().err().map(|f| f.error.to_string());
+            tracing::warn!(
+                job = job.id(),
+                error,
+                "the part failed on its bytes of the source: again on the whole file"
+            );
             let whole = self.download_whole(req, job, cancel, &source_path).await?;
             if let Some(f) = not_planned(role, &whole) {
                 return Err((f, partial(&None)));
@@ -607,7 +626,7 @@ impl JobRunner {
     }
 
     /// The stage that downloads the whole source.
-    async fn download_whole(
+    pub(super) async fn download_whole(
         &self,
         req: &OptimizeRequest,
         job: &JobHandle,
@@ -731,7 +750,7 @@ impl JobRunner {
     }
 
     /// Runs an async stage, recording it in the registry and the stage histogram.
-    async fn timed<T, E: Into<crate::error::JobError>>(
+    pub(super) async fn timed<T, E: Into<crate::error::JobError>>(
         &self,
         job: &JobHandle,
         stage: Stage,
@@ -750,7 +769,7 @@ impl JobRunner {
 }
 
 /// A stage that gives up when its job is cancelled.
-async fn or_cancelled<T>(
+pub(super) async fn or_cancelled<T>(
     cancel: &CancellationToken,
     stage: Stage,
     fut: impl Future<Output = Result<T, Failure>>,

@@ -13,14 +13,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::response::{self, Done, Ending, Failure, Partial};
 use super::role::{Answer, As, Handing, handed_off};
-use super::runner::JobRunner;
+use super::runner::{JobRunner, or_cancelled};
 use crate::contract::{Analysis, MediaType, OptimizeRequest, OptimizeResponse, SourceInfo, Stage};
 use crate::error::JobError;
 use crate::media::MediaOutput;
 use crate::media::part::{Part, StitchInput, Unit};
 use crate::registry::JobHandle;
 use crate::scratch::ScratchDir;
-use crate::stages::manifest;
+use crate::stages::{download, manifest};
 use crate::storage::{ObjectMeta, StorageError};
 use crate::units::store::{self, PlanRecord, UnitRecord};
 use crate::units::{Dispatch, PlanRef, Task};
@@ -40,6 +40,12 @@ pub enum TaskEnd {
     },
     /// The stitch's response.
     Respond(Box<OptimizeResponse>),
+}
+
+/// A request's source replaced between two reads of its parts: it is read whole, as it is now
+/// (a request names a key, not a version).
+fn replaced(f: &Failure) -> bool {
+    matches!(f.error, JobError::Storage(StorageError::Changed { .. }))
 }
 
 impl JobRunner {
@@ -71,6 +77,64 @@ impl JobRunner {
                 Some(r) => TaskEnd::Respond(Box::new(r)),
                 None => TaskEnd::Nothing,
             },
+        }
+    }
+
+    /// Whether a request's source may be read in parts: on a worker that spreads long videos
+    /// (the plan reads the audio, each unit its video), unless its profile scans it (clamd
+    /// reads every byte) or it is an image.
+    pub(super) fn reads_in_parts(&self, req: &OptimizeRequest, profile: &str, role: &As) -> bool {
+        let scans = self.services().settings.profiles[profile].scan;
+        matches!(role, As::Request)
+            && self.dispatch().is_some()
+            && !scans
+            && req.media_type != Some(MediaType::Image)
+    }
+
+    /// The plan's part of a request's source, when its header and index (`download::index`)
+    /// say it is a long MP4/MOV (`Part::Index`, in the sandbox): the audio and the first
+    /// packets, at their places in a sparse file. `None`: download it whole.
+    pub(super) async fn plan_source(
+        &self,
+        req: &OptimizeRequest,
+        job: &JobHandle,
+        cancel: &CancellationToken,
+        scratch: &ScratchDir,
+        role: &As,
+    ) -> Result<Option<SourceInfo>, (Failure, Partial)> {
+        let svc = self.services();
+        let (storage, metrics) = (&*svc.storage, &svc.metrics);
+        let dest = scratch.source();
+        let max = svc.settings.limits.max_input_bytes;
+        let index = download::index(storage, metrics, &req.source, &dest, max);
+        let index = self.timed(job, Stage::Download, req.media_type, index);
+        let Some((source, held)) = (match or_cancelled(cancel, Stage::Download, index).await {
+            Err(f) if replaced(&f) => None,
+            r => r.map_err(|f| (f, Partial::default()))?,
+        }) else {
+            return Ok(None);
+        };
+        let mut media_job = svc
+            .settings
+            .media_job(manifest::profile_of(req), req.media_type);
+        media_job.part = Part::Index;
+        let reads = match self.native(job, media_job, scratch, cancel, role).await {
+            Ok(Some(out)) => out.reads,
+            Err(f) if cancel.is_cancelled() => return Err((f, Partial::default())),
+            // Whatever failed on the header alone is decided on the whole file.
+            _ => Vec::new(),
+        };
+        let _ = tokio::fs::remove_dir_all(scratch.out_dir()).await;
+        let (Some(size), Some(etag), false) = (source.size_bytes, &source.etag, reads.is_empty())
+        else {
+            return Ok(None);
+        };
+        let reads = download::missing(&reads, &held);
+        let download = download::ranges(storage, metrics, &req.source, &dest, size, &reads, etag);
+        let download = self.timed(job, Stage::Download, req.media_type, download);
+        match or_cancelled(cancel, Stage::Download, download).await {
+            Err(f) if replaced(&f) => Ok(None),
+            r => r.map(Some).map_err(|f| (f, Partial::default())),
         }
     }
 
@@ -160,12 +224,21 @@ impl JobRunner {
                 let Some(e) = r.error else {
                     return TaskEnd::Nothing;
                 };
+                let at_secs = unit_start(&record, &unit);
+                // The media code names the unit in what it finds; the pod's own findings (a
+                // crash, a time limit) are named here.
+                let named = format!("unit {index} (from ");
+                let message = if e.message.contains(&named) {
+                    e.message
+                } else {
+                    format!("{named}{at_secs:.1} s): {}", e.message)
+                };
                 let failed = UnitRecord::Failed {
                     index,
                     code: e.code,
                     stage: e.stage,
-                    message: e.message,
-                    at_secs: unit_start(&record, &unit),
+                    message,
+                    at_secs,
                 };
                 let scratch = self.services().settings.worker.tmp_dir.clone();
                 let storage = &*self.services().storage;

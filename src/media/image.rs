@@ -91,6 +91,7 @@ pub(crate) fn run(
         warnings,
         tracks: Vec::new(),
         plan: None,
+        reads: Vec::new(),
     })
 }
 
@@ -123,6 +124,7 @@ pub(crate) fn outputs(
         warnings: transformed.warnings,
         tracks: Vec::new(),
         plan: None,
+        reads: Vec::new(),
     })
 }
 

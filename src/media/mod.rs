@@ -57,6 +57,12 @@ pub fn process(
         return video::units::stitch_part(job, stitch, out_dir, ctl);
     }
     ctl.emit(Event::Stage(Stage::Probe));
+    if job.part == part::Part::Index {
+        return Ok(match sniff::sniff_file(input) {
+            Ok(Sniffed::Video(container)) => video::index(job, input, container, out_dir, ctl),
+            _ => MediaOutput::reads(Vec::new()),
+        });
+    }
     let unsupported = |m: &str| Err(at(Stage::Probe)(MediaError::Unsupported(m.into())));
     match sniff::sniff_file(input).map_err(|e| at(Stage::Probe)(e.into()))? {
         Sniffed::Image(format) => {

@@ -95,6 +95,26 @@ pub struct MediaOutput {
     /// the audio's, the files its pieces.
     #[serde(default)]
     pub plan: Option<Vec<crate::media::part::Unit>>,
+    /// `Part::Index`: the bytes of the source the plan reads (`[start, end)`); empty: the
+    /// whole file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reads: Vec<[u64; 2]>,
+}
+
+impl MediaOutput {
+    /// `Part::Index`'s answer: nothing made, the bytes `reads` to download (empty: the whole
+    /// file).
+    pub fn reads(reads: Vec<[u64; 2]>) -> Self {
+        MediaOutput {
+            media_type: MediaType::Video,
+            files: Vec::new(),
+            analysis: None,
+            warnings: Vec::new(),
+            tracks: Vec::new(),
+            plan: None,
+            reads,
+        }
+    }
 }
 
 /// What a produced file is for (the response's `role`).

@@ -15,6 +15,11 @@ pub enum Part {
     /// Probe and plan: a video planned as units gets its audio only (the output's `plan` says
     /// which units to encode); any other input is done whole.
     Plan,
+    /// Before the plan, on a worker that spreads long videos: what of the source the plan
+    /// reads, decided from the source's header and index alone (`video::reads`). The output's
+    /// `reads`, empty when the file is read whole (a short video, an image, a container not
+    /// read in ranges, any doubt).
+    Index,
     Unit(Unit),
     /// Everything made of the landed units, whose pieces are in the output directory.
     Stitch(Box<StitchInput>),

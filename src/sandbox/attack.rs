@@ -233,5 +233,6 @@ fn forged_output(path: PathBuf) -> MediaOutput {
         warnings: Vec::new(),
         tracks: Vec::new(),
         plan: None,
+        reads: Vec::new(),
     }
 }

@@ -149,6 +149,7 @@ mod tests {
             warnings: Vec::new(),
             tracks: Vec::new(),
             plan: None,
+            reads: Vec::new(),
         };
         let secret = dir.path().join("secret");
         std::fs::write(&secret, "secret").unwrap();

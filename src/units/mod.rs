@@ -5,7 +5,9 @@
 //!
 //! 1. **Plan.** The worker that takes a request for a video longer than the profile's
 //!    `units_after_secs` runs its media job as `Part::Plan`: probe, plan, loudness over the
-//!    whole program and the audio, encoded once. It stores the audio's pieces and the plan
+//!    whole program and the audio, encoded once. For an MP4/MOV it reads only what that takes:
+//!    the header and index first, from which `Part::Index` names the rest (the audio and the
+//!    first packets; `media::video::reads`). It stores the audio's pieces and the plan
 //!    ([`store`], under a key derived from the source version and the profile's fingerprint),
 //!    then sends one task per unit that has no record yet to the unit topic, keyed
 //!    `{plan_id}/{index}` so that a video's units spread over the partitions. Then its request

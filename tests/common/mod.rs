@@ -16,6 +16,7 @@ pub mod broker;
 pub mod clamd;
 pub mod http;
 pub mod lines;
+pub mod sandbox;
 pub mod stack;
 pub mod storage;
 pub mod stream;
@@ -25,6 +26,8 @@ pub mod worker;
 pub use broker::{Broker, Received, Responses, produce_all};
 #[allow(unused_imports)]
 pub use clamd::{Clamd, EICAR, EICAR_SIGNATURE};
+#[allow(unused_imports)]
+pub use sandbox::{busy_sandbox, clean_and_well, sandbox_ticks};
 #[allow(unused_imports)]
 pub use stack::{Stack, request};
 #[allow(unused_imports)]

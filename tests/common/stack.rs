@@ -261,6 +261,11 @@ impl Stack {
 
     /// The group's committed offset for each partition of the request topic (-1: none).
     pub fn committed(&self, group: &str, partitions: i32) -> Vec<i64> {
+        self.committed_on(&self.request_topic, group, partitions)
+    }
+
+    /// The group's committed offset for each partition of `topic` (-1: none).
+    pub fn committed_on(&self, topic: &str, group: &str, partitions: i32) -> Vec<i64> {
         let c: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", self.broker.bootstrap())
             .set("group.id", self.own(group))
@@ -268,21 +273,36 @@ impl Stack {
             .unwrap();
         let mut tpl = TopicPartitionList::new();
         for p in 0..partitions {
-            tpl.add_partition(&self.request_topic, p);
+            tpl.add_partition(topic, p);
         }
         let got = c.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
         close_within(c, "offset reader");
         (0..partitions)
-            .map(|p| {
-                match got
-                    .find_partition(&self.request_topic, p)
-                    .map(|e| e.offset())
-                {
-                    Some(Offset::Offset(o)) => o,
-                    _ => -1,
-                }
+            .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => o,
+                _ => -1,
             })
             .collect()
+    }
+
+    /// How many records of `topic` (its `partitions`) the group has not committed: those it
+    /// has yet to take or to finish.
+    pub fn uncommitted(&self, topic: &str, group: &str, partitions: i32) -> i64 {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", self.broker.bootstrap())
+            .create()
+            .unwrap();
+        let committed = self.committed_on(topic, group, partitions);
+        let left = (0..partitions)
+            .map(|p| {
+                let (low, high) = c
+                    .fetch_watermarks(topic, p, Duration::from_secs(10))
+                    .unwrap();
+                high - committed[p as usize].max(low)
+            })
+            .sum();
+        close_within(c, "watermark reader");
+        left
     }
 }
 

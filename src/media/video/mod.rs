@@ -47,6 +47,42 @@ pub fn process(
     result
 }
 
+/// `Part::Index`: the bytes a long MP4/MOV's plan reads (`reads::for_plan`), from the source's
+/// header, index and first packets (the rest of the file zeros). Anything else, or any doubt
+/// (a short video, a probe or packet list that fails on the partial file), reads it whole:
+/// the request's own run then decides on the whole file, as it would have.
+pub fn index(
+    job: &MediaJob,
+    input: &Path,
+    container: Container,
+    out_dir: &Path,
+    ctl: &mut Control,
+) -> MediaOutput {
+    let whole = || MediaOutput::reads(Vec::new());
+    let work = out_dir.join(WORK);
+    if std::fs::create_dir_all(&work).is_err() {
+        return whole();
+    }
+    let log = work.join("ffprobe.log");
+    let Ok(probe) = ffprobe::run(&job.video, input, container, &log, &ctl.cancel) else {
+        return whole();
+    };
+    let long = ffprobe::check(&probe, &job.limits).is_ok() && units::plan(job, &probe).is_some();
+    let Ok(size) = std::fs::metadata(input).map(|m| m.len()) else {
+        return whole();
+    };
+    if !long || !reads::ranged(probe.demuxer, input) {
+        return whole();
+    }
+    let limit = transcode::time_limit(&job.video, &probe, job.limits.max_video_seconds);
+    let log = work.join("packets.log");
+    let reads = reads::packets(&job.video, &probe, input, &log, limit, &ctl.cancel)
+        .map(|p| reads::for_plan(&p, size))
+        .unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&work);
+    MediaOutput::reads(reads)
+}
+
 /// The longest a video job's native work can be allowed: what `run` announces
 /// (`Event::TimeLimit`) for the longest video the limits accept and every rung of the profile.
 /// The worker clamps an announced limit to it.
@@ -227,6 +263,7 @@ fn run(
         warnings,
         tracks,
         plan: None,
+        reads: Vec::new(),
     })
 }
 

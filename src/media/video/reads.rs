@@ -1,16 +1,21 @@
-//! What of the source each unit reads: byte ranges, so that a unit on another worker
-//! downloads its part of the video and not the whole file (the fleet's bytes for one video stay
-//! near the source's size, not units × size).
+//! What of the source a long video's parts read: byte ranges, so that the fleet's bytes for
+//! one video stay under twice the source's size, not units × size.
 //!
-//! A unit's ffmpeg opens the container (its header and index), seeks to the keyframe before its
-//! range (`-ss`, a second before its first frame) and reads the packets from there to its end;
-//! its probe reads the header and the first seconds of packets. Those bytes are found from the
-//! packets themselves (one ffprobe pass over the file, nothing decoded, in the plan): the
-//! container's own bytes are what lies outside every packet, the unit's are the packets of each
-//! stream in its window. The window is wide on both sides (a second before the seek keyframe,
-//! half a second after the end, a margin of bytes around each range), and the unit falls back
-//! to the whole file if its encode fails on the ranged one, or comes out short (`job::runner`):
-//! a read too short can cost a download, never a wrong answer.
+//! - **The plan** (the request's worker) reads the container, the first packets and the audio
+//!   ([`for_plan`]): it measures the loudness and encodes the audio over the whole program, and
+//!   lists the packets from the index. Before that, the header, the index and the first bytes
+//!   of the media data alone say whether the video is long and which bytes those are
+//!   (`Part::Index`, see `stages::download::index`).
+//! - **A unit** ([`ranges`]): its ffmpeg opens the container (its header and index), seeks to
+//!   the keyframe before its range (`-ss`, a second before its first frame) and reads the video
+//!   packets from there to its end; the probes read the header and the first packets.
+//!
+//! Those bytes are found from the packets themselves (one ffprobe pass over the index, nothing
+//! decoded): the container's own bytes are what lies outside every packet, a part's are the
+//! packets of the streams it decodes. A unit's window has a margin (half a second after its
+//! end, 8 KiB around each range), and a part falls back to the whole file if its run fails on
+//! the ranged one, or a unit comes out short (`job::runner`): a read too short can cost a
+//! download, never a wrong answer.
 //!
 //! Only MP4/MOV files with one index (`moov`, at the start or the end) and no fragments are
 //! read in ranges: their demuxer seeks by that index alone. A fragmented MP4 (indexes spread
@@ -31,13 +36,15 @@ use crate::media::settings::VideoSettings;
 /// shorter ones are per-packet framing, read with the packets around them.
 const CONTAINER_GAP: u64 = 4096;
 /// Bytes added around each range, and the distance under which two ranges become one.
-const MARGIN: u64 = 64 * 1024;
-/// Seconds of packets the unit's probe may read from the start (ffprobe reads the first
-/// packets of each stream for their parameters).
-const PROBE_SECS: f64 = 2.0;
-/// Seconds of packets read before the seek keyframe (interleaving) and after the unit's end
-/// (B-frames decode with the frames after them).
-const BEFORE_SECS: f64 = 1.0;
+/// The packets' places are the index's own, so this is insurance, not a need: at 64 KiB it
+/// was a tenth of what the fleet read of a 2 Mbit/s source in 8 s units.
+const MARGIN: u64 = 8 * 1024;
+/// Seconds of packets the probes read from the start (ffprobe and ffmpeg read the first
+/// packets of each stream for their parameters). Half a second gave the same probe, and the
+/// same unit bit for bit, as the whole file (a 10-minute 1080p clip, B-frames, AAC).
+const PROBE_SECS: f64 = 0.5;
+/// Seconds of video packets read after the unit's end (B-frames decode with the frames after
+/// them).
 const AFTER_SECS: f64 = 0.5;
 /// Ranges summing to more than this share of the file: the file whole.
 const WORTH_IT: f64 = 0.8;
@@ -112,6 +119,9 @@ pub fn packets(
         .args(["-v", "error", "-show_entries"])
         .arg("packet=stream_index,codec_type,pts_time,dts_time,pos,size,flags")
         .args(["-of", "csv=p=0"])
+        // The index's own flags and times: a parser would take a keyframe whose bytes a
+        // partial file lacks (zeros) for another frame.
+        .args(["-fflags", "+noparse+nofillin"])
         .args(input_args(probe.demuxer, input));
     let mut out = Vec::new();
     let mut whole = true;
@@ -165,21 +175,44 @@ pub fn ranges(packets: &[Packet], size: u64, windows: &[Window]) -> Vec<Vec<[u64
                 .map(|p| p.dts)
                 .reduce(f64::max)
                 .unwrap_or(t0);
-            let from = key - BEFORE_SECS;
+            // Its video alone: a unit encodes no audio (`-an`), and ffmpeg's demuxer skips the
+            // packets of a stream nothing uses.
             let to = w.end_secs.map(|e| t0 + e + AFTER_SECS);
             let own = stream_spans(packets, |p| {
-                p.dts >= from && to.is_none_or(|to| p.dts.min(p.pts) <= to)
+                p.video && p.dts >= key && to.is_none_or(|to| p.dts.min(p.pts) <= to)
             });
             let all = container.iter().chain(&head).chain(&own).copied();
-            let merged = merge(all, size);
-            let read: u64 = merged.iter().map(|[a, b]| b - a).sum();
-            if read as f64 > WORTH_IT * size as f64 {
-                Vec::new()
-            } else {
-                merged
-            }
+            worth_it(join(all, size, MARGIN, MARGIN), size)
         })
         .collect()
+}
+
+/// `ranges`, or none (the file whole) when they are most of it.
+fn worth_it(ranges: Vec<[u64; 2]>, size: u64) -> Vec<[u64; 2]> {
+    let read: u64 = ranges.iter().map(|[a, b]| b - a).sum();
+    if read as f64 > WORTH_IT * size as f64 {
+        Vec::new()
+    } else {
+        ranges
+    }
+}
+
+/// The bytes a long video's plan reads: the container's, the first seconds of every stream (its
+/// probe) and every audio packet (the loudness and the audio are made over the whole program);
+/// the video's packets are the units'. Each packet's bytes exactly (no margin: the packet list
+/// is the index's). Empty when that is most of the file.
+pub fn for_plan(packets: &[Packet], size: u64) -> Vec<[u64; 2]> {
+    let Some(t0) = packets.iter().map(|p| p.dts.min(p.pts)).reduce(f64::min) else {
+        return Vec::new();
+    };
+    let container = container_bytes(packets, size);
+    let head = stream_spans(packets, |p| p.dts - t0 <= PROBE_SECS);
+    let audio = packets
+        .iter()
+        .filter(|p| !p.video)
+        .map(|p| [p.pos, p.pos + p.size]);
+    let all = container.into_iter().chain(head).chain(audio);
+    worth_it(join(all, size, 0, CONTAINER_GAP), size)
 }
 
 /// The bytes outside every packet that are the container's own: before the first packet,
@@ -212,17 +245,23 @@ fn stream_spans(packets: &[Packet], keep: impl Fn(&Packet) -> bool) -> Vec<[u64;
     by_stream.into_values().collect()
 }
 
-/// The ranges widened by [`MARGIN`], clipped to the file, sorted and joined where they touch.
-fn merge(ranges: impl Iterator<Item = [u64; 2]>, size: u64) -> Vec<[u64; 2]> {
+/// The ranges widened by `margin`, clipped to the file, sorted and joined where less than
+/// `apart` separates them.
+fn join(
+    ranges: impl Iterator<Item = [u64; 2]>,
+    size: u64,
+    margin: u64,
+    apart: u64,
+) -> Vec<[u64; 2]> {
     let mut v: Vec<[u64; 2]> = ranges
-        .map(|[a, b]| [a.saturating_sub(MARGIN), (b + MARGIN).min(size)])
+        .map(|[a, b]| [a.saturating_sub(margin), (b + margin).min(size)])
         .filter(|[a, b]| a < b)
         .collect();
     v.sort_unstable();
     let mut out: Vec<[u64; 2]> = Vec::new();
     for r in v {
         match out.last_mut() {
-            Some(last) if r[0] <= last[1] + MARGIN => last[1] = last[1].max(r[1]),
+            Some(last) if r[0] <= last[1] + apart => last[1] = last[1].max(r[1]),
             _ => out.push(r),
         }
     }
@@ -280,19 +319,36 @@ mod tests {
             end_secs: Some(38.0),
         };
         let r = &ranges(&p, size, &[w])[0];
-        // The header with the first seconds (probe), the unit from the keyframe at 28 s (a
-        // second before it) to past its end, and the index.
-        assert_eq!(r.len(), 3, "{r:?}");
+        // The header with the video's first half second and the audio's first packet (probe),
+        // the unit from the keyframe at 28 s to past its end, and the index.
+        assert_eq!(r.len(), 4, "{r:?}");
         assert_eq!(r[0][0], 0);
         let at = |t: f64| p.iter().find(|x| x.video && x.pts >= t).unwrap().pos;
-        assert!(r[0][1] >= at(2.0) && r[0][1] < at(4.0), "{r:?}");
-        assert!(r[1][0] <= at(27.0) && r[1][0] > at(26.0), "{r:?}");
-        assert!(r[1][1] >= at(38.5) && r[1][1] < at(40.0), "{r:?}");
-        assert_eq!(r[2][1], size);
-        assert!(size - r[2][0] < 50_000 + 2 * MARGIN);
-        // 3 s of probe, 12 s of unit, of 60.
+        assert!(r[0][1] >= at(0.5) && r[0][1] < at(1.0), "{r:?}");
+        assert!(r[2][0] <= at(28.0) && r[2][0] > at(27.0), "{r:?}");
+        assert!(r[2][1] >= at(38.5) && r[2][1] < at(40.0), "{r:?}");
+        assert_eq!(r[3][1], size);
+        assert!(size - r[3][0] < 50_000 + 2 * MARGIN);
+        // Half a second of probe, 10.5 s of unit, of 60.
         let read: u64 = r.iter().map(|[a, b]| b - a).sum();
-        assert!(read < size * 3 / 10, "{read} of {size}");
+        assert!(read < size * 2 / 10, "{read} of {size}");
+    }
+
+    #[test]
+    fn the_plan_reads_the_container_the_first_packets_and_the_audio() {
+        for interleaved in [true, false] {
+            let (p, size) = file(interleaved);
+            let r = for_plan(&p, size);
+            let has = |x: &Packet| r.iter().any(|[a, b]| *a <= x.pos && x.pos + x.size <= *b);
+            assert!(p.iter().filter(|x| !x.video).all(has), "{r:?}");
+            let late_video = p.iter().filter(|x| x.video && x.dts > 1.0);
+            assert!(late_video.clone().all(|x| !has(x)), "{r:?}");
+            assert_eq!((r[0][0], r.last().unwrap()[1]), (0, size));
+            // 60 packets of 20 KB of audio, half a second of video (16 packets of 100 KB),
+            // header and index, and the framing between them.
+            let read: u64 = r.iter().map(|[a, b]| b - a).sum();
+            assert!(read < 1_200_000 + 1_600_000 + 60_000 + 4096, "{read}");
+        }
     }
 
     #[test]
@@ -323,9 +379,9 @@ mod tests {
         let r = &ranges(&p, size, &[w])[0];
         let read: u64 = r.iter().map(|[a, b]| b - a).sum();
         assert!(read < size / 3, "{r:?}");
-        // The header with the video's first seconds, the unit's video, the audio's first
-        // seconds, the unit's audio, the index.
-        assert_eq!(r.len(), 5, "{r:?}");
+        // The header with the video's first half second, the unit's video, the audio's first
+        // packet, the index: not the unit's audio (a unit encodes none).
+        assert_eq!(r.len(), 4, "{r:?}");
     }
 
     #[test]

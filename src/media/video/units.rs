@@ -571,6 +571,7 @@ pub fn plan_part(
         warnings,
         tracks,
         plan: Some(units),
+        reads: Vec::new(),
     })
 }
 
@@ -699,6 +700,7 @@ pub fn unit_part(
         warnings: Vec::new(),
         tracks: out.tracks,
         plan: None,
+        reads: Vec::new(),
     })
 }
 
@@ -739,6 +741,7 @@ pub fn stitch_part(
         warnings: stitched.warnings,
         tracks: stitched.tracks,
         plan: None,
+        reads: Vec::new(),
     })
 }
 
