@@ -240,10 +240,13 @@ fn paired(job: &mut MediaJob, input: &Path, dir: &Path, minutes: u32) {
         let (one_bytes, units_bytes) = (bytes(&one_dir), bytes(&units_dir));
         let mean = units.units.iter().sum::<f64>() / units.units.len() as f64;
         println!(
-            "one run on core {one_core}: {one:.1} s; units on core {units_core}: {:.1} s              ({:.3} x; the plan {:.1} s, {} units of {mean:.2} s); bytes {:+.2} %",
+            "one run on core {one_core}: {one:.1} s; units on core {units_core}: {:.1} s \
+             ({:.3} x; the plan {:.1} s, first playable {:.1} s, {} units of {mean:.2} s); \
+             bytes {:+.2} %",
             units.wall,
             units.wall / one,
             units.plan,
+            units.first_playable,
             units.units.len(),
             (units_bytes as f64 / one_bytes as f64 - 1.0) * 100.0
         );

@@ -481,7 +481,7 @@ impl JobRunner {
         // The request of a long MP4/MOV on a worker that spreads it: the plan's part.
         let profile = manifest::profile_of(req);
         let mut plan_ranged = false;
-        let source = match ranged {
+        let mut source = match ranged {
             None if self.reads_in_parts(req, profile, role) => {
                 match self.plan_source(req, job, cancel, scratch, role).await? {
                     Some(source) => {
@@ -508,13 +508,9 @@ impl JobRunner {
             }
             None => self.download_whole(req, job, cancel, &source_path).await?,
         };
-        let partial = |scan: &Option<ScanVerdict>| Partial {
-            source: Some(source.clone()),
-            scan: scan.clone(),
-        };
         // A unit encodes the version its plan was made of, or nothing.
         if let Some(f) = not_planned(role, &source) {
-            return Err((f, partial(&None)));
+            return Err((f, partial(&source, &None)));
         }
 
         // Scan → nothing decodes a source that clamd has not passed.
@@ -525,10 +521,10 @@ impl JobRunner {
             let scanning = self.timed(job, Stage::Scan, req.media_type, self.scan(scratch));
             let verdict = or_cancelled(cancel, Stage::Scan, scanning)
                 .await
-                .map_err(|f| (f, partial(&None)))?;
+                .map_err(|f| (f, partial(&source, &None)))?;
             if let Some(sig) = &verdict.signature {
                 let failure = Failure::at(Stage::Scan)(JobError::Malware(sig.clone()));
-                return Err((failure, partial(&Some(verdict))));
+                return Err((failure, partial(&source, &Some(verdict))));
             }
             Some(verdict)
         } else {
@@ -582,13 +578,16 @@ impl JobRunner {
             );
             let whole = self.download_whole(req, job, cancel, &source_path).await?;
             if let Some(f) = not_planned(role, &whole) {
-                return Err((f, partial(&None)));
+                return Err((f, partial(&whole, &None)));
             }
+            // A request's plan is made of the version read now (it may have been replaced
+            // since its index was read).
+            source = whole;
             // Nothing of the first run is taken for the second's.
             let _ = tokio::fs::remove_dir_all(scratch.out_dir()).await;
             media = self.native(job, media_job, scratch, cancel, role).await;
         }
-        let media = media.map_err(|f| (f, partial(&scan)))?;
+        let media = media.map_err(|f| (f, partial(&source, &scan)))?;
         let Some(mut media) = media else {
             return Ok(super::role::handed_off(&source));
         };
@@ -622,7 +621,7 @@ impl JobRunner {
             landed,
             scratch,
         );
-        finished.await.map_err(|f| (f, partial(&scan)))
+        finished.await.map_err(|f| (f, partial(&source, &scan)))
     }
 
     /// The stage that downloads the whole source.
@@ -777,6 +776,14 @@ pub(super) async fn or_cancelled<T>(
     tokio::select! {
         r = fut => r,
         _ = cancel.cancelled() => Err(Failure::at(stage)(MediaError::Cancelled)),
+    }
+}
+
+/// What a failed attempt keeps: the source read, and clamd's verdict.
+fn partial(source: &SourceInfo, scan: &Option<ScanVerdict>) -> Partial {
+    Partial {
+        source: Some(source.clone()),
+        scan: scan.clone(),
     }
 }
 

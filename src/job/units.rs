@@ -120,8 +120,12 @@ impl JobRunner {
         media_job.part = Part::Index;
         let reads = match self.native(job, media_job, scratch, cancel, role).await {
             Ok(Some(out)) => out.reads,
-            Err(f) if cancel.is_cancelled() => return Err((f, Partial::default())),
-            // Whatever failed on the header alone is decided on the whole file.
+            // Cancelled, or a fault of this pod (no sandbox, scratch, memory): classified here,
+            // not after a whole download on a sick pod.
+            Err(f) if cancel.is_cancelled() || f.error.is_local() => {
+                return Err((f, Partial::default()));
+            }
+            // Whatever else failed on the header alone is decided on the whole file.
             _ => Vec::new(),
         };
         let _ = tokio::fs::remove_dir_all(scratch.out_dir()).await;

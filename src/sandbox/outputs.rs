@@ -36,6 +36,21 @@ pub const MAX_TOTAL_BYTES: u64 = 64 << 30;
 
 /// `output` as the worker will upload it, or the job's failure (`media_crashed`: a child that
 /// names files it may not is not a decoder error of the input).
+/// The most byte ranges one read of the source may take (a 4-hour video's audio, interleaved
+/// every half second, is under 30 000).
+const MAX_RANGES: usize = 200_000;
+
+/// Whether `ranges` are `[start, end)` pairs within a file of `size` bytes, sorted and apart.
+fn ranges_within(ranges: &[[u64; 2]], size: u64) -> bool {
+    let mut end = 0;
+    ranges.len() <= MAX_RANGES
+        && ranges.iter().all(|&[a, b]| {
+            let ok = a >= end && a < b && b <= size;
+            end = b;
+            ok
+        })
+}
+
 pub fn check(work: &Work, mut output: MediaOutput) -> Result<MediaOutput, MediaFailure> {
     let refuse = |why: String| Failure {
         stage: Stage::Transform,
@@ -46,6 +61,19 @@ pub fn check(work: &Work, mut output: MediaOutput) -> Result<MediaOutput, MediaF
         return Err(refuse(format!(
             "{} files (at most {most})",
             output.files.len()
+        )));
+    }
+    // Byte ranges of the source the worker will download (`Part::Index`, and each unit of a
+    // plan): within the file, in order, apart, and not a flood of requests.
+    let size = std::fs::metadata(&work.input).map_or(0, |m| m.len());
+    let units = output.plan.iter().flatten().map(|u| &u.reads);
+    if let Some(bad) = std::iter::once(&output.reads)
+        .chain(units)
+        .find(|r| !ranges_within(r, size))
+    {
+        return Err(refuse(format!(
+            "{} byte ranges not within a {size}-byte source, in order (at most {MAX_RANGES})",
+            bad.len()
         )));
     }
     let dir = open_beneath(None, &work.out_dir, libc::O_DIRECTORY)
@@ -131,6 +159,20 @@ mod tests {
             crop: None,
             quality: None,
         }
+    }
+
+    #[test]
+    fn forged_byte_ranges_are_refused() {
+        use super::ranges_within;
+        assert!(ranges_within(&[[0, 10], [20, 30]], 30));
+        assert!(ranges_within(&[], 0));
+        assert!(!ranges_within(&[[10, 5]], 30), "backwards");
+        assert!(!ranges_within(&[[0, 10], [5, 20]], 30), "overlapping");
+        assert!(!ranges_within(&[[0, 40]], 30), "past the end");
+        assert!(
+            !ranges_within(&vec![[0, 1]; super::MAX_RANGES + 1], 30),
+            "a flood"
+        );
     }
 
     #[test]

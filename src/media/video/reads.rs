@@ -164,7 +164,7 @@ pub fn ranges(packets: &[Packet], size: u64, windows: &[Window]) -> Vec<Vec<[u64
         return vec![Vec::new(); windows.len()];
     };
     let container = container_bytes(packets, size);
-    let head = stream_spans(packets, |p| p.dts - t0 <= PROBE_SECS);
+    let head = head(packets);
     windows
         .iter()
         .map(|w| {
@@ -202,17 +202,28 @@ fn worth_it(ranges: Vec<[u64; 2]>, size: u64) -> Vec<[u64; 2]> {
 /// the video's packets are the units'. Each packet's bytes exactly (no margin: the packet list
 /// is the index's). Empty when that is most of the file.
 pub fn for_plan(packets: &[Packet], size: u64) -> Vec<[u64; 2]> {
-    let Some(t0) = packets.iter().map(|p| p.dts.min(p.pts)).reduce(f64::min) else {
+    if packets.is_empty() {
         return Vec::new();
-    };
+    }
     let container = container_bytes(packets, size);
-    let head = stream_spans(packets, |p| p.dts - t0 <= PROBE_SECS);
+    let head = head(packets);
     let audio = packets
         .iter()
         .filter(|p| !p.video)
         .map(|p| [p.pos, p.pos + p.size]);
     let all = container.into_iter().chain(head).chain(audio);
     worth_it(join(all, size, 0, CONTAINER_GAP), size)
+}
+
+/// Each stream's first [`PROBE_SECS`] of packets, from its own first (a stream may start later
+/// than another).
+fn head(packets: &[Packet]) -> Vec<[u64; 2]> {
+    let mut first: std::collections::BTreeMap<u32, f64> = Default::default();
+    for p in packets {
+        let t = first.entry(p.stream).or_insert(p.dts);
+        *t = t.min(p.dts);
+    }
+    stream_spans(packets, |p| p.dts - first[&p.stream] <= PROBE_SECS)
 }
 
 /// The bytes outside every packet that are the container's own: before the first packet,
@@ -332,6 +343,22 @@ mod tests {
         // Half a second of probe, 10.5 s of unit, of 60.
         let read: u64 = r.iter().map(|[a, b]| b - a).sum();
         assert!(read < size * 2 / 10, "{read} of {size}");
+    }
+
+    #[test]
+    fn a_stream_that_starts_late_has_its_own_first_packets_read() {
+        // The video starts 3 s after the audio (a lead-in): its first half second is still
+        // read, for the probes.
+        let (mut p, size) = file(true);
+        for x in p.iter_mut().filter(|x| x.video) {
+            (x.pts, x.dts) = (x.pts + 3.0, x.dts + 3.0);
+        }
+        let first = *p.iter().find(|x| x.video).unwrap();
+        let r = for_plan(&p, size);
+        assert!(
+            r.iter()
+                .any(|[a, b]| *a <= first.pos && first.pos + first.size <= *b)
+        );
     }
 
     #[test]
