@@ -28,8 +28,34 @@ LIBS=${KAFKA_LIBS:-$HOME/.cache/media-worker/kafka-$VERSION/lib}
 # few threads each.
 JAVA_OPTS=${KAFKA_JAVA_OPTS:--Xms192m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:ActiveProcessorCount=2 -Xss512k -Djava.awt.headless=true}
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+# N loopback ports, distinct, random below the kernel's ephemeral range: an outgoing connection
+# (the tests make thousands) must not take a node's port before it binds, nor while a test holds
+# the node down for an outage. With KAFKA_PORT_CLAIMS (a directory), a port is handed out once
+# there, as the tests' own `free_port` does, so clusters and servers started side by side differ.
+free_ports() { # n
+  python3 - "$1" "${KAFKA_PORT_CLAIMS:-}" <<'PY'
+import os, random, socket, sys
+n, claims = int(sys.argv[1]), sys.argv[2]
+held, ports = [], []
+for _ in range(10000):
+    if len(ports) == n:
+        break
+    port = random.randrange(20000, 32000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        if claims:
+            os.makedirs(claims, exist_ok=True)
+            os.close(os.open(os.path.join(claims, str(port)), os.O_CREAT | os.O_EXCL))
+    except OSError:
+        s.close()
+        continue
+    held.append(s)
+    ports.append(port)
+if len(ports) < n:
+    sys.exit("kafka.sh: no free loopback ports in 20000..32000")
+print(" ".join(map(str, ports)))
+PY
 }
 
 java_run() { # class, args...
@@ -70,7 +96,10 @@ wait_serving() { # i port
       return 0
     fi
     if ! kill -0 "$(cat "$DIR/node$i/pid")" 2>/dev/null; then
-      echo "kafka.sh: node $i exited:" >&2; tail -30 "$DIR/node$i/kafka.log" >&2; return 1
+      # The reason comes first; the tail is the shutdown it caused.
+      echo "kafka.sh: node $i exited:" >&2
+      grep -m 5 -E " (ERROR|FATAL) |Exception" "$DIR/node$i/kafka.log" >&2 || true
+      echo "..." >&2; tail -15 "$DIR/node$i/kafka.log" >&2; return 1
     fi
     sleep 0.1
   done
@@ -98,8 +127,9 @@ EOF
     voters=""; brokers=""; formats=""
     declare -a BPORT CPORT SPORT
     sasl_brokers=""
+    read -ra PORTS <<<"$(free_ports $(( 3 * N )))"
     for i in $(seq 1 "$N"); do
-      BPORT[$i]=$(free_port); CPORT[$i]=$(free_port); SPORT[$i]=$(free_port)
+      BPORT[$i]=${PORTS[$(( 3 * i - 3 ))]}; CPORT[$i]=${PORTS[$(( 3 * i - 2 ))]}; SPORT[$i]=${PORTS[$(( 3 * i - 1 ))]}
       voters+="${voters:+,}$i@127.0.0.1:${CPORT[$i]}"
       brokers+="${brokers:+,}127.0.0.1:${BPORT[$i]}"
       sasl_brokers+="${sasl_brokers:+,}127.0.0.1:${SPORT[$i]}"

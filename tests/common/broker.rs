@@ -44,6 +44,7 @@ fn kafka_sh_env(args: &[&str], env: &[(&str, &str)]) -> String {
     let out = Command::new(script())
         .args(args)
         .env("KAFKA_OWNER_PID", std::process::id().to_string())
+        .env("KAFKA_PORT_CLAIMS", port_claims())
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()

@@ -98,8 +98,7 @@ pub fn corpus_of_kinds(kinds: &[&str]) -> Vec<CorpusFile> {
 /// stops a server for an outage must find its port still free when the server comes back: each
 /// port given is claimed by a file in a directory of the run's.
 pub fn free_port() -> u16 {
-    let run = std::env::var("NEXTEST_RUN_ID").unwrap_or_else(|_| std::process::id().to_string());
-    let claims = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("ports-{run}"));
+    let claims = port_claims();
     std::fs::create_dir_all(&claims).unwrap();
     for _ in 0..1000 {
         let port = fastrand::u16(20_000..32_000);
@@ -110,6 +109,12 @@ pub fn free_port() -> u16 {
         }
     }
     panic!("no free loopback port in 20000..32000");
+}
+
+/// The run's directory of claimed ports, shared with `scripts/kafka.sh` (`KAFKA_PORT_CLAIMS`).
+pub fn port_claims() -> PathBuf {
+    let run = std::env::var("NEXTEST_RUN_ID").unwrap_or_else(|_| std::process::id().to_string());
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("ports-{run}"))
 }
 
 /// The last lines of a child's log, for a failure message.
