@@ -2,8 +2,8 @@
 //! High, B-frames, 12 Mbit/s, AAC) of `--minutes`, the `streaming` profile's whole video job:
 //!
 //! - **one run**: the ladder in one ffmpeg run (`units_after_secs` above the clip's length);
-//! - **units, one worker on one core**: the plan (loudness, audio), every unit in turn, the
-//!   stitch, each ffmpeg pinned to core 0 with one thread;
+//! - **units, one worker on one core**: the plan (the packet list), the audio (loudness,
+//!   encode), every unit in turn, the stitch, each ffmpeg pinned to core 0 with one thread;
 //! - **units, two workers on one core each**: the same parts, the units taken from one queue
 //!   by two threads pinned to cores 0 and 1 (each thread's ffmpeg inherits its affinity), as
 //!   two pods of one core would share a video's units through the unit topic (without Kafka's
@@ -11,15 +11,18 @@
 //!
 //! Goals: units on one core ≤ 1.05 × one run on one core (CPU and wall), bytes within ±2 %;
 //! two workers ≥ 1.8 × faster than one. It also prints when the video would first be
-//! playable (`early_playback`): the plan, then the first unit, from the start (the source's
-//! download not counted); run it with `--minutes 1` and `--minutes 10` to compare.
+//! playable (`early_playback`): once the plan, the first unit and the audio are done, from the
+//! start (the source's download not counted). The audio is the queue's first job, as the
+//! request's worker makes it right after sending the units: with two workers it is made
+//! while the first unit is encoded. Run it with `--minutes 1` and `--minutes 10` to compare.
 //!
 //!   cargo bench --bench units [-- --minutes 10 --unit-segments 1,2 --workers 1,2]
 //!
 //! This machine's speed drifts (a virtual machine's shared cores), so figures taken one after
 //! the other can differ by more than what they compare: `--paired [--once]` runs the one run
 //! and the units side by side, one on each core (see [`paired`]); `--clip FILE` takes a clip
-//! made before; `--time-units 0,74` times single units.
+//! made before; `--time-units 0,74` times single units; `--first-playable` times when the clip
+//! and its first minute first play on a pod of two cores (see [`first_playable`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -97,9 +100,10 @@ struct Took {
     cpu: f64,
     /// Each unit's wall seconds, on its core.
     units: Vec<f64>,
-    /// The plan's wall seconds (loudness, the audio, the packet list).
+    /// The plan's wall seconds (the packet list).
     plan: f64,
-    /// From the start until the first unit is done: when the stream could first play.
+    /// From the start until the first unit and the audio are done: when the stream could
+    /// first play.
     first_playable: f64,
 }
 
@@ -120,8 +124,11 @@ fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize, first_core
     plan_job.part = Part::Plan;
     let planned = process(&plan_job, input, out);
     let plan_secs = started.elapsed().as_secs_f64();
-    let first = Mutex::new(None);
-    let queue = Mutex::new(plan.clone().into_iter());
+    // When the first unit and the audio were done.
+    let (first, audio_done) = (Mutex::new(None), Mutex::new(None));
+    // The audio first (`None`), then the units.
+    let queue = Mutex::new(std::iter::once(None).chain(plan.clone().into_iter().map(Some)));
+    let audio = Mutex::new(None);
     let tracks = Mutex::new(vec![Vec::new(); plan.len()]);
     let walls = Mutex::new(Vec::new());
     // Each worker in a folder of its own, as each pod has its scratch; the stitch's gets the
@@ -129,13 +136,21 @@ fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize, first_core
     std::thread::scope(|s| {
         for core in 0..workers {
             let (queue, tracks, walls, first) = (&queue, &tracks, &walls, &first);
+            let (audio, audio_done) = (&audio, &audio_done);
             let own = out.join(format!("worker-{core}"));
             s.spawn(move || {
                 pin(first_core + core);
                 let out = own.as_path();
                 loop {
-                    let Some(unit) = queue.lock().unwrap().next() else {
+                    let Some(next) = queue.lock().unwrap().next() else {
                         break;
+                    };
+                    let Some(unit) = next else {
+                        let mut audio_job = job.clone();
+                        audio_job.part = Part::Audio;
+                        *audio.lock().unwrap() = Some(process(&audio_job, input, out));
+                        *audio_done.lock().unwrap() = Some(started.elapsed().as_secs_f64());
+                        continue;
                     };
                     let mut unit_job = job.clone();
                     unit_job.part = Part::Unit(unit.clone());
@@ -153,14 +168,18 @@ fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize, first_core
     for core in 0..workers {
         gather(&out.join(format!("worker-{core}")), out);
     }
-    let Some(Analysis::Video(analysis)) = planned.analysis else {
+    let audio = audio.into_inner().unwrap().expect("the audio");
+    let (Some(Analysis::Video(mut analysis)), Some(Analysis::Video(measured))) =
+        (planned.analysis, audio.analysis)
+    else {
         panic!("no analysis")
     };
+    analysis.loudness = measured.loudness;
     let mut stitch_job = job.clone();
     stitch_job.part = Part::Stitch(Box::new(StitchInput {
         analysis,
         units: tracks.into_inner().unwrap(),
-        audio: planned.tracks.into_iter().next(),
+        audio: audio.tracks.into_iter().next(),
     }));
     process(&stitch_job, input, out);
     Took {
@@ -168,8 +187,82 @@ fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize, first_core
         cpu: cpu_seconds() - cpu,
         units: walls.into_inner().unwrap(),
         plan: plan_secs,
-        first_playable: first.into_inner().unwrap().expect("a first unit"),
+        first_playable: first
+            .into_inner()
+            .unwrap()
+            .expect("a first unit")
+            .max(audio_done.into_inner().unwrap().expect("the audio")),
     }
+}
+
+/// When a long video first plays on a pod of two cores (`--first-playable`): the plan, then the
+/// audio on core 0 beside the first unit on core 1, as the request's worker makes the audio
+/// while a unit task holds the other permit. Seconds from the start: (plan, audio done, first
+/// unit done, first playable).
+fn first_playable(job: &MediaJob, input: &Path, out: &Path) -> (f64, f64, f64, f64) {
+    pin(0);
+    let probe = ffprobe::run(
+        &job.video,
+        input,
+        Container::IsoBmff,
+        &out.join("ffprobe.log"),
+        &Default::default(),
+    )
+    .unwrap();
+    let first = units::plan(job, &probe).expect("planned").remove(0);
+    let started = Instant::now();
+    let mut plan_job = job.clone();
+    plan_job.part = Part::Plan;
+    process(&plan_job, input, &out.join("plan"));
+    let plan = started.elapsed().as_secs_f64();
+    let (audio, unit) = std::thread::scope(|s| {
+        let audio = s.spawn(|| {
+            let mut audio_job = job.clone();
+            audio_job.part = Part::Audio;
+            process(&audio_job, input, &out.join("audio"));
+            started.elapsed().as_secs_f64()
+        });
+        let unit = s.spawn(|| {
+            pin(1);
+            let mut unit_job = job.clone();
+            unit_job.part = Part::Unit(first);
+            process(&unit_job, input, &out.join("unit"));
+            started.elapsed().as_secs_f64()
+        });
+        (audio.join().unwrap(), unit.join().unwrap())
+    });
+    (plan, audio, unit, audio.max(unit))
+}
+
+/// [`first_playable`] for the clip and its first minute (cut without encoding, at a packet).
+fn first_playable_report(job: &MediaJob, clip: &Path, dir: &Path) {
+    let mut job = job.clone();
+    job.profile.units_after_secs = 30;
+    job.profile.unit_segments = arg("--unit-segments", "2").parse().unwrap();
+    let short = dir.join("first-minute.mp4");
+    let cut = std::process::Command::new("ffmpeg")
+        .args(["-v", "error", "-y", "-i"])
+        .arg(clip)
+        .args(["-t", "60", "-c", "copy", "-movflags", "+faststart"])
+        .arg(&short)
+        .status()
+        .unwrap();
+    assert!(cut.success());
+    let mut firsts = Vec::new();
+    for (name, input) in [("1 minute", short.as_path()), ("whole clip", clip)] {
+        let out = dir.join(format!("first-{}", firsts.len()));
+        let (plan, audio, unit, first) = first_playable(&job, input, &out);
+        println!(
+            "{name}: first playable after {first:.1} s (the plan {plan:.1} s; the audio done \
+             at {audio:.1} s on core 0, the first unit at {unit:.1} s on core 1)"
+        );
+        firsts.push(first);
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    println!(
+        "first playable: the clip within {:.2} x its first minute's (goal 1.5 x)",
+        firsts[1] / firsts[0]
+    );
 }
 
 /// Each unit of `which` alone on core 0 (`--time-units 0,74`): whether a unit's cost depends
@@ -279,6 +372,10 @@ fn main() {
         paired(&mut job, &clip, dir.path(), minutes);
         return;
     }
+    if std::env::args().any(|a| a == "--first-playable") {
+        first_playable_report(&job, &clip, dir.path());
+        return;
+    }
     if let Some(which) = Some(arg("--time-units", "")).filter(|a| !a.is_empty()) {
         let which: Vec<u32> = which.split(',').map(|n| n.parse().unwrap()).collect();
         time_units(&mut job, &clip, dir.path(), &which);
@@ -338,7 +435,7 @@ fn main() {
                 took.units.len()
             );
             println!(
-                "  first playable after {:.1} s (the plan {:.1} s, then the first unit)",
+                "  first playable after {:.1} s (the plan {:.1} s, then the first unit and the audio)",
                 took.first_playable, took.plan
             );
             walls.push(took.wall);
@@ -351,4 +448,5 @@ fn main() {
             );
         }
     }
+    first_playable_report(&job, &clip, dir.path());
 }

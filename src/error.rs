@@ -51,11 +51,12 @@ pub enum JobError {
         "the source was replaced while the video was encoded in units (ETag {now}, planned {planned}): nothing of either version was published"
     )]
     SourceChanged { planned: String, now: String },
-    /// A unit of a long video failed for good: the whole request's answer (its message says
-    /// which unit and where).
+    /// A part of a long video (a unit, the audio) failed for good: the whole request's answer
+    /// (its message says which part and where).
     #[error("{message}")]
     UnitFailed {
-        index: u32,
+        /// None: the audio.
+        index: Option<u32>,
         at_secs: f64,
         code: ErrorCode,
         message: String,

@@ -612,6 +612,10 @@ async fn a_rolling_restart_mid_video_encodes_no_unit_twice() {
     let mut req = common::request("long", "long.mp4");
     req.profile = Some("streaming".into());
     stack.send(&req).await;
+    // The audio first: its task reads every audio packet (5144 ranged reads of this source,
+    // about 40 s in a debug build), longer than the drain, which would abandon it to be made
+    // again elsewhere, as any job longer than the drain. This test is about the units.
+    first_to_log(&workers, "the video's audio landed").await;
     first_to_log(&workers, "unit landed").await;
     // The logs of the workers stopped, kept (a replaced worker's folder goes with it).
     let mut logs = Vec::new();
@@ -787,9 +791,10 @@ async fn a_unit_that_keeps_crashing_is_answered_after_its_retries() {
     stack.send(&req).await;
     let fleet = std::slice::from_ref(&worker);
     first_to_log(fleet, "video planned as units").await;
-    // The plan's child is done: the next child at work is a unit's, and a pool of one takes
-    // one unit at a time. 0.3 s of CPU (its ffmpeg's): well into the unit, well before its
-    // end.
+    // The plan's child and the audio's are done: the next child at work is a unit's, and a
+    // pool of one takes one unit at a time. 0.3 s of CPU (its ffmpeg's): well into the unit,
+    // well before its end.
+    first_to_log(fleet, "the video's audio landed").await;
     let mut idle = common::sandbox_ticks(&worker);
     let mut pid = common::busy_sandbox(&worker, &idle, 30);
     let first = unit_at_work(&worker);
@@ -847,14 +852,14 @@ async fn a_unit_that_keeps_crashing_is_answered_after_its_retries() {
     );
     let whole = "the part failed on its bytes of the source: again on the whole file";
     assert_eq!(logged(&log, whole).len(), 1);
-    let failed = logged(&log, "unit failed for good");
+    let failed = logged(&log, "part failed for good");
     assert_eq!(failed.len(), 1, "{failed:?}");
-    assert_eq!(failed[0]["unit"].as_u64(), Some(unit), "{failed:?}");
+    assert_eq!(failed[0]["part"], format!("unit {unit}"), "{failed:?}");
     let landed = usize::from(first == 0);
     assert_eq!(logged(&log, "unit landed").len(), landed);
     // Each unit task taken after the failure is dropped: before the answer for the failure,
     // after it as answered.
-    let skipped = logged(&log, "another unit failed: not encoded").len()
+    let skipped = logged(&log, "another part failed: not made").len()
         + logged(&log, "already answered").len();
     assert_eq!(skipped, units - 1 - landed);
     // Nothing where the finished video goes, and no early playlist left to play.
@@ -910,7 +915,8 @@ async fn a_long_video_plays_before_it_is_done() {
     let sent = std::time::SystemTime::now();
     stack.send(&req).await;
 
-    // The unit that makes it playable says so in its progress event: the early master.
+    // The part that makes it playable (the first unit, or the audio when it lands after)
+    // says so in its progress event: the early master.
     let deadline = std::time::Instant::now() + Duration::from_secs(300);
     let event = loop {
         let playable = stack

@@ -7,14 +7,16 @@
 //! hold an earlier version's outputs until the stitch replaces them, and a video that fails must
 //! leave them as they were.
 //!
-//! - The plan's worker uploads the audio (encoded whole) there.
+//! - The audio's worker uploads the audio (encoded whole, a task beside the units) there,
+//!   before the audio's record.
 //! - A unit's worker uploads its lowest rung's init and segments there before its record, so
 //!   every segment a playlist names exists before the playlist does.
 //! - After its record, the lander extends the playlist over the units landed in order from the
 //!   first: it reads `early.json` beside the plan (the units it covers, the rung's track so
-//!   far), adds the units landed after them, writes the playlist, then `early.json`. With the
-//!   first unit it also writes the audio's playlist and, last, the master (that rung and the
-//!   audio): the stream is playable from then, and the unit's progress event names the master.
+//!   far), adds the units landed after them, writes the playlist, then `early.json`. Once the
+//!   first unit and the audio have both landed, whichever lands last also writes the audio's
+//!   playlist and, last, the master (that rung and the audio): the stream is playable from
+//!   then, and that part's progress event names the master.
 //!   Playlists are written `no-cache` (a CDN must not keep a growing one).
 //! - Once every unit has landed nobody extends it (the stitch is on its way); when the video is
 //!   answered, completed, the playlist is written once more over every unit with its end (the
@@ -33,7 +35,7 @@ use crate::media::video::units::early_stream;
 use crate::stages::manifest::profile_of;
 use crate::storage::{ObjectMeta, StorageError};
 use crate::units::PlanRef;
-use crate::units::store::{self, PlanRecord, UnitRecord};
+use crate::units::store::{self, AudioRecord, PlanRecord, UnitRecord};
 
 /// What the growing playlist covers so far.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -42,6 +44,9 @@ struct Published {
     units: u32,
     /// The lowest rung over them.
     track: Track,
+    /// The master (and the audio's playlist) is written: the stream is playable.
+    #[serde(default)]
+    master: bool,
 }
 
 impl JobRunner {
@@ -119,7 +124,8 @@ impl JobRunner {
         let state = plan.early_state_key();
         let mut published = store::read::<Published>(storage, plan, state.clone()).await?;
         let from = published.as_ref().map_or(0, |p| p.units);
-        let landed = store::recorded(storage, plan).await?;
+        let keys = store::records(storage, plan).await?;
+        let landed = store::units_in(plan, &keys);
         // Every unit landed: the stitch is on its way, and closes it.
         if !done && landed.len() >= record.units.len() {
             return Ok(None);
@@ -143,29 +149,38 @@ impl JobRunner {
                     published = Some(Published {
                         units: 0,
                         track: lowest,
+                        master: false,
                     })
                 }
             }
             added += 1;
         }
-        let Some(mut published) = published.filter(|_| added > 0 || done) else {
+        // The master names the audio's playlist too: written once both the first unit and the
+        // audio have landed, by whichever lands last.
+        let audio = match keys.contains(&plan.audio_key()) {
+            true => store::read::<AudioRecord>(storage, plan, plan.audio_key()).await?,
+            false => None,
+        };
+        let master = audio.is_some() && published.as_ref().is_some_and(|p| !p.master);
+        let Some(mut published) = published.filter(|_| added > 0 || done || master) else {
             return Ok(None);
         };
         published.units = from + added;
         if !done
             && let Some(newer) = store::read::<Published>(storage, plan, state.clone()).await?
             && newer.units >= published.units
+            && (newer.master || !master)
         {
             return Ok(None);
         }
+        published.master |= master;
         let job = self
             .services()
             .settings
             .media_job(profile_of(&record.request), None);
-        let first = from == 0;
         let tmp = tempfile::tempdir_in(&self.services().settings.worker.tmp_dir)?;
-        let audio = record.audio.as_ref();
-        let files = early_stream(&job, &published.track, audio, first, done, tmp.path())
+        let audio = audio.as_ref().and_then(|a| a.track.as_ref());
+        let files = early_stream(&job, &published.track, audio, master, done, tmp.path())
             .map_err(|e| StorageError::Scratch(format!("the early playlist: {e}")))?;
         self.publish_early(plan, &record.request, files.iter().collect())
             .await?;
@@ -176,7 +191,7 @@ impl JobRunner {
             done,
             "early playlist written"
         );
-        Ok(first.then(|| plan.early_key(names::HLS_MASTER)))
+        Ok(master.then(|| plan.early_key(names::HLS_MASTER)))
     }
 
     /// The video answered: its early stream closed over every unit (`completed`), or its

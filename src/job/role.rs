@@ -6,13 +6,22 @@ use crate::contract::{MediaType, OptimizeRequest, OptimizeResponse, SourceInfo};
 use crate::media::part::Unit;
 use crate::stages::manifest::Produced;
 use crate::units::PlanRef;
-use crate::units::store::{PlanRecord, UnitRecord};
+use crate::units::store::{AudioRecord, PlanRecord, UnitRecord};
 
 /// What a job ended with.
 pub enum Answer {
     Respond(Box<OptimizeResponse>),
     /// Nothing to publish: handed on (see `crate::units`).
     HandedOff,
+}
+
+/// A part of a long video landed: `landed` units of the plan's `of`; `playable`: the master
+/// playlist's key, when this part made the early stream playable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progressed {
+    pub landed: usize,
+    pub of: usize,
+    pub playable: Option<String>,
 }
 
 /// What a job is to a long video.
@@ -24,11 +33,33 @@ pub enum As {
         record: Box<PlanRecord>,
         unit: Unit,
     },
+    /// The whole video's audio.
+    Audio {
+        plan: PlanRef,
+        record: Box<PlanRecord>,
+    },
     Stitch {
         plan: PlanRef,
         record: Box<PlanRecord>,
+        audio: Box<AudioRecord>,
         units: Vec<UnitRecord>,
     },
+}
+
+impl As {
+    /// A part of a planned video (a unit or the audio): its plan, the plan's record, the bytes
+    /// of the source it reads (empty: the whole file) and the key of its record.
+    pub fn part(&self) -> Option<(&PlanRef, &PlanRecord, &[[u64; 2]], String)> {
+        match self {
+            As::Unit { plan, record, unit } => {
+                Some((plan, record, &unit.reads, plan.unit_key(unit.index)))
+            }
+            As::Audio { plan, record } => {
+                Some((plan, record, &record.audio_reads, plan.audio_key()))
+            }
+            As::Request | As::Stitch { .. } => None,
+        }
+    }
 }
 
 /// A request whose media job came back planned.
@@ -37,6 +68,8 @@ pub struct Handing<'a> {
     pub source: &'a SourceInfo,
     pub fingerprint: &'a str,
     pub units: Vec<Unit>,
+    /// The bytes of the source the audio reads (empty: the whole file).
+    pub audio_reads: Vec<[u64; 2]>,
 }
 
 /// What a job handed on reports: nothing to publish.

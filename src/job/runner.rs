@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -180,7 +180,7 @@ impl JobRunner {
         let source_missing = matches!(head, Err(StorageError::NotFound { .. }));
         let head = head.ok();
         let etag = head.as_ref().and_then(|h| h.etag.as_deref());
-        let stored = if matches!(role, As::Unit { .. }) {
+        let stored = if role.part().is_some() {
             None
         } else if source_missing {
             manifest::lookup_without_source(&*svc.storage, bucket, req).await
@@ -472,10 +472,10 @@ impl JobRunner {
         }
 
         let source_path = scratch.source();
-        // A unit reads its part of the source where its plan says which (the whole file
-        // otherwise, and if its encode fails on the part: see below).
-        let ranged = match role {
-            As::Unit { record, unit, .. } if !unit.reads.is_empty() => Some((record, unit)),
+        // A part (a unit, the audio) reads its part of the source where its plan says which
+        // (the whole file otherwise, and if its work fails on the part: see below).
+        let ranged = match role.part() {
+            Some((_, record, reads, _)) if !reads.is_empty() => Some((record, reads)),
             _ => None,
         };
         // The request of a long MP4/MOV on a worker that spreads it: the plan's part.
@@ -491,14 +491,14 @@ impl JobRunner {
                     None => self.download_whole(req, job, cancel, &source_path).await?,
                 }
             }
-            Some((record, unit)) => {
+            Some((record, reads)) => {
                 let download = download::ranges(
                     &*svc.storage,
                     &svc.metrics,
                     &req.source,
                     &source_path,
                     record.source_size,
-                    &unit.reads,
+                    reads,
                     &record.source_etag,
                 );
                 let download = self.timed(job, Stage::Download, req.media_type, download);
@@ -508,7 +508,7 @@ impl JobRunner {
             }
             None => self.download_whole(req, job, cancel, &source_path).await?,
         };
-        // A unit encodes the version its plan was made of, or nothing.
+        // A part is made of the version its plan was made of, or nothing.
         if let Some(f) = not_planned(role, &source) {
             return Err((f, partial(&source, &None)));
         }
@@ -552,6 +552,7 @@ impl JobRunner {
         media_job.part = match role {
             As::Request if self.dispatch.is_some() => Part::Plan,
             As::Unit { unit, .. } => Part::Unit(unit.clone()),
+            As::Audio { .. } => Part::Audio,
             _ => Part::Whole,
         };
         if let Some(l) = landed.as_ref().filter(|l| !l.is_empty()) {
@@ -592,10 +593,16 @@ impl JobRunner {
             return Ok(super::role::handed_off(&source));
         };
 
-        if let As::Unit { plan, unit, .. } = role {
-            return self
-                .land_unit(req, plan, unit.index, media, scratch.path())
-                .await;
+        match role {
+            As::Unit { plan, unit, .. } => {
+                return self
+                    .land_unit(req, plan, unit.index, media, scratch.path())
+                    .await;
+            }
+            As::Audio { plan, .. } => {
+                return self.land_audio(req, plan, media, scratch.path()).await;
+            }
+            As::Request | As::Stitch { .. } => {}
         }
         if let (Some(units), Some(dispatch)) = (media.plan.take(), &self.dispatch) {
             let handing = Handing {
@@ -603,6 +610,7 @@ impl JobRunner {
                 source: &source,
                 fingerprint: &fingerprint,
                 units,
+                audio_reads: std::mem::take(&mut media.reads),
             };
             return self
                 .hand_off(handing, media, dispatch, scratch.path())
@@ -656,27 +664,45 @@ impl JobRunner {
         cancel: &CancellationToken,
         role: &As,
     ) -> Result<Option<crate::media::MediaOutput>, Failure> {
+        // A pool permit is one core: held for the native work only, so downloads and uploads
+        // overlap other jobs' CPU work (their number is bounded by the consumer's in-flight cap).
+        job.phase(Phase::Queued);
+        let permit = self.permit().await;
+        self.native_with(permit, job, media_job, scratch, cancel, role)
+            .await
+    }
+
+    /// A pool permit (one core), when one is free.
+    pub(super) async fn permit(&self) -> OwnedSemaphorePermit {
+        self.pool
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("pool is never closed")
+    }
+
+    /// [`Self::native`] under a permit already held. The executor keeps it until the native
+    /// work has really stopped.
+    pub(super) async fn native_with(
+        &self,
+        permit: OwnedSemaphorePermit,
+        job: &JobHandle,
+        media_job: crate::media::MediaJob,
+        scratch: &ScratchDir,
+        cancel: &CancellationToken,
+        role: &As,
+    ) -> Result<Option<crate::media::MediaOutput>, Failure> {
         let svc = &self.svc;
         // MEDIA_TIMEOUT_SECS, or what the media code announces once it knows (a video's limit
         // follows its duration).
         let limit = Duration::from_secs(svc.settings.worker.media_timeout_secs);
         let work = Work::new(media_job, scratch, limit);
-        // A pool permit is one core: held for the native work only, so downloads and uploads
-        // overlap other jobs' CPU work (their number is bounded by the consumer's in-flight cap).
-        // The executor keeps it until the native work has really stopped.
-        job.phase(Phase::Queued);
-        let permit = self
-            .pool
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("pool is never closed");
-        // A unit another worker landed while this one waited (its task sent twice: a request
-        // redelivered after it sent them) is not encoded again.
-        if let As::Unit { plan, unit, .. } = role
-            && self.unit_landed(plan, unit.index).await
+        // A part another worker landed while this one waited (its task sent twice: a request
+        // redelivered after it sent them) is not made again.
+        if let Some((plan, _, _, key)) = role.part()
+            && self.part_landed(plan, key.clone()).await
         {
-            tracing::info!(plan = plan.id(), unit = unit.index, "unit already landed");
+            tracing::info!(plan = plan.id(), record = key, "already landed");
             return Ok(None);
         }
         let hold = (permit, svc.metrics.busy_permit());
@@ -787,7 +813,7 @@ fn partial(source: &SourceInfo, scan: &Option<ScanVerdict>) -> Partial {
     }
 }
 
-/// A failure that a unit's ranged source could cause (bytes its plan missed read as zeros):
+/// A failure that a part's ranged source could cause (bytes its plan missed read as zeros):
 /// worth one more run on the whole file before it is the input's answer.
 fn verdict_on_the_input(e: &JobError) -> bool {
     matches!(
@@ -801,12 +827,10 @@ fn verdict_on_the_input(e: &JobError) -> bool {
     )
 }
 
-/// A unit whose source download is not the version its plan was made of: it encodes that
+/// A part whose source download is not the version its plan was made of: it is made of that
 /// version or nothing.
 fn not_planned(role: &As, source: &SourceInfo) -> Option<Failure> {
-    let As::Unit { record, .. } = role else {
-        return None;
-    };
+    let (_, record, _, _) = role.part()?;
     (source.etag.as_deref() != Some(record.source_etag.as_str())).then(|| {
         Failure::at(Stage::Download)(JobError::SourceChanged {
             planned: record.source_etag.clone(),
@@ -815,7 +839,7 @@ fn not_planned(role: &As, source: &SourceInfo) -> Option<Failure> {
     })
 }
 
-/// A unit's ranged read that found another version of its source: the plan's version is gone.
+/// A part's ranged read that found another version of its source: the plan's version is gone.
 fn changed(f: Failure, record: &crate::units::store::PlanRecord) -> Failure {
     match f.error {
         JobError::Storage(StorageError::Changed { .. }) => Failure {

@@ -1,5 +1,6 @@
 //! The job side of a long video spread over the fleet (the protocol: `crate::units`): the
-//! request hands its plan on, a unit task lands its unit, the stitch task answers. Each runs
+//! request hands its plan on, a unit task lands its unit and the audio task the audio, the
+//! stitch task answers. Each runs
 //! through the same attempts as any job ([`JobRunner`]'s retries, holds and scratch rules);
 //! what differs is what they download, which part of the media work they are and where their
 //! files go.
@@ -12,7 +13,7 @@ use futures_util::{StreamExt, TryStreamExt, stream};
 use tokio_util::sync::CancellationToken;
 
 use super::response::{self, Done, Ending, Failure, Partial};
-use super::role::{Answer, As, Handing, handed_off};
+use super::role::{Answer, As, Handing, Progressed, handed_off};
 use super::runner::{JobRunner, or_cancelled};
 use crate::contract::{Analysis, MediaType, OptimizeRequest, OptimizeResponse, SourceInfo, Stage};
 use crate::error::JobError;
@@ -22,7 +23,7 @@ use crate::registry::JobHandle;
 use crate::scratch::ScratchDir;
 use crate::stages::{download, manifest};
 use crate::storage::{ObjectMeta, StorageError};
-use crate::units::store::{self, PlanRecord, UnitRecord};
+use crate::units::store::{self, AudioRecord, PlanRecord, UnitRecord};
 use crate::units::{Dispatch, PlanRef, Task};
 
 const PARALLEL_TRANSFERS: usize = 8;
@@ -30,14 +31,8 @@ const PARALLEL_TRANSFERS: usize = 8;
 /// What a task of the unit topic ended with.
 pub enum TaskEnd {
     Nothing,
-    /// A unit is recorded: `landed` of the plan's `of` (a progress event of the request);
-    /// `playable`: the master playlist's key, when this unit made the stream playable.
-    Landed {
-        request: Box<OptimizeRequest>,
-        landed: usize,
-        of: usize,
-        playable: Option<String>,
-    },
+    /// A unit is recorded (a progress event of the request).
+    Landed(Box<OptimizeRequest>, Progressed),
     /// The stitch's response.
     Respond(Box<OptimizeResponse>),
 }
@@ -71,9 +66,27 @@ impl JobRunner {
             tracing::info!(plan = plan.id(), "already answered");
             return TaskEnd::Nothing;
         }
-        match task.unit {
-            Some(index) => self.unit_task(plan, record, index, &keys, job).await,
-            None => match self.stitch_task(plan, record, job).await {
+        match (task.unit, task.audio) {
+            (Some(index), _) => {
+                let Some(unit) = record.units.get(index as usize).cloned() else {
+                    tracing::warn!(plan = plan.id(), index, "no such unit: dropped");
+                    return TaskEnd::Nothing;
+                };
+                let role = As::Unit {
+                    plan: plan.clone(),
+                    record: Box::new(record),
+                    unit,
+                };
+                self.part_task(role, &keys, job).await
+            }
+            (None, true) => {
+                let role = As::Audio {
+                    plan: plan.clone(),
+                    record: Box::new(record),
+                };
+                self.part_task(role, &keys, job).await
+            }
+            (None, false) => match self.stitch_task(plan, record, job).await {
                 Some(r) => TaskEnd::Respond(Box::new(r)),
                 None => TaskEnd::Nothing,
             },
@@ -92,7 +105,7 @@ impl JobRunner {
     }
 
     /// The plan's part of a request's source, when its header and index (`download::index`)
-    /// say it is a long MP4/MOV (`Part::Index`, in the sandbox): the audio and the first
+    /// say it is a long MP4/MOV (`Part::Index`, in the sandbox): the container and the first
     /// packets, at their places in a sparse file. `None`: download it whole.
     pub(super) async fn plan_source(
         &self,
@@ -142,12 +155,12 @@ impl JobRunner {
         }
     }
 
-    /// Whether unit `index` of `plan` has a record.
-    pub(super) async fn unit_landed(&self, plan: &PlanRef, index: u32) -> bool {
+    /// Whether a part of `plan` has its record (`key`).
+    pub(super) async fn part_landed(&self, plan: &PlanRef, key: String) -> bool {
         let storage = &*self.services().storage;
         let at = crate::contract::SourceRef {
             bucket: plan.bucket.clone(),
-            key: plan.unit_key(index),
+            key,
         };
         storage.head(&at).await.is_ok()
     }
@@ -195,99 +208,105 @@ impl JobRunner {
         Box::pin(self.run_task(task, job)).await
     }
 
-    async fn unit_task(
-        &self,
-        plan: &PlanRef,
-        record: PlanRecord,
-        index: u32,
-        keys: &[String],
-        job: &JobHandle,
-    ) -> TaskEnd {
-        let Some(unit) = record.units.get(index as usize).cloned() else {
-            tracing::warn!(plan = plan.id(), index, "no such unit: dropped");
-            return TaskEnd::Nothing;
+    /// A unit's or the audio's task: made and recorded (once: a part with a record is not
+    /// made again), or its failure for good recorded, which stops the plan's other parts and
+    /// sends the stitch to answer with it.
+    async fn part_task(&self, role: As, keys: &[String], job: &JobHandle) -> TaskEnd {
+        let Some((plan, record, _, key)) = role.part() else {
+            unreachable!("a part's task")
         };
-        if keys.contains(&plan.unit_key(index)) {
-            tracing::info!(plan = plan.id(), unit = index, "unit already landed");
+        let what = match &role {
+            As::Unit { unit, .. } => format!("unit {}", unit.index),
+            _ => "the audio".to_owned(),
+        };
+        if keys.contains(&key) {
+            tracing::info!(plan = plan.id(), part = what, "already landed");
         } else if keys.contains(&plan.failed_key()) {
             tracing::info!(
                 plan = plan.id(),
-                unit = index,
-                "another unit failed: not encoded"
+                part = what,
+                "another part failed: not made"
             );
             return TaskEnd::Nothing;
-        } else {
-            let req = record.request.clone();
-            let role = As::Unit {
-                plan: plan.clone(),
-                record: Box::new(record.clone()),
-                unit: unit.clone(),
-            };
-            if let Answer::Respond(r) = self.run_as(&req, job, &role).await {
-                // Only a failure answers a unit: recorded, and the stitch answers with it.
-                let Some(e) = r.error else {
-                    return TaskEnd::Nothing;
-                };
-                let at_secs = unit_start(&record, &unit);
-                // The media code names the unit in what it finds; the pod's own findings (a
-                // crash, a time limit) are named here.
-                let named = format!("unit {index} (from ");
-                let message = if e.message.contains(&named) {
-                    e.message
-                } else {
-                    format!("{named}{at_secs:.1} s): {}", e.message)
-                };
-                let failed = UnitRecord::Failed {
-                    index,
-                    code: e.code,
-                    stage: e.stage,
-                    message,
-                    at_secs,
-                };
-                let scratch = self.services().settings.worker.tmp_dir.clone();
-                let storage = &*self.services().storage;
-                // Recorded, whatever it takes: the request's answer depends on it (at shutdown
-                // the task is abandoned unacknowledged, and redelivered).
-                loop {
-                    let written = async {
-                        store::write(storage, plan, plan.unit_key(index), &failed, &scratch)
-                            .await?;
-                        store::write(storage, plan, plan.failed_key(), &failed, &scratch).await
-                    };
-                    match written.await {
-                        Ok(()) => break,
-                        Err(e) => tracing::error!(plan = plan.id(), unit = index, error = %e,
-                            "the unit's failure could not be recorded; trying again"),
-                    }
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                }
-                tracing::warn!(plan = plan.id(), unit = index, error = ?failed, "unit failed for good");
-                self.send_stitch(plan).await;
+        } else if let Answer::Respond(r) = self.run_as(&record.request, job, &role).await {
+            // Only a failure answers a part: recorded, and the stitch answers with it.
+            let Some(e) = r.error else {
                 return TaskEnd::Nothing;
+            };
+            let (index, at_secs) = match &role {
+                As::Unit { unit, .. } => (Some(unit.index), unit_start(record, unit)),
+                _ => (None, 0.0),
+            };
+            // The media code names the unit in what it finds; the pod's own findings (a
+            // crash, a time limit) are named here.
+            let (named, prefix) = match index {
+                Some(i) => (format!("unit {i} (from "), format!("{at_secs:.1} s): ")),
+                None => ("the audio".to_owned(), ": ".to_owned()),
+            };
+            let message = if e.message.contains(&named) {
+                e.message
+            } else {
+                format!("{named}{prefix}{}", e.message)
+            };
+            let failed = UnitRecord::Failed {
+                index,
+                code: e.code,
+                stage: e.stage,
+                message,
+                at_secs,
+            };
+            let scratch = self.services().settings.worker.tmp_dir.clone();
+            let storage = &*self.services().storage;
+            // Recorded, whatever it takes: the request's answer depends on it (at shutdown
+            // the task is abandoned unacknowledged, and redelivered).
+            loop {
+                let written = async {
+                    if index.is_some() {
+                        store::write(storage, plan, key.clone(), &failed, &scratch).await?;
+                    }
+                    store::write(storage, plan, plan.failed_key(), &failed, &scratch).await
+                };
+                match written.await {
+                    Ok(()) => break,
+                    Err(e) => tracing::error!(plan = plan.id(), part = what, error = %e,
+                        "the part's failure could not be recorded; trying again"),
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             }
+            tracing::warn!(plan = plan.id(), part = what, error = ?failed, "part failed for good");
+            self.send_stitch(plan).await;
+            return TaskEnd::Nothing;
         }
-        // The unit is recorded: the one that completes the plan sends the stitch.
+        // The part is recorded: the one that completes the plan sends the stitch.
+        let progressed = self.landed(plan, record).await;
+        TaskEnd::Landed(Box::new(record.request.clone()), progressed)
+    }
+
+    /// After a part's record (a unit's or the audio's): the stitch sent when this part
+    /// completed the plan, the early playlist extended. Each part writes its record before it
+    /// looks for the others', so of two landing at once at least one sees both.
+    async fn landed(&self, plan: &PlanRef, record: &PlanRecord) -> Progressed {
         let storage = &*self.services().storage;
-        // Whatever it takes: this may be the plan's last unit (at shutdown the task is
+        // Whatever it takes: this may be the plan's last part (at shutdown the task is
         // abandoned unacknowledged, and redelivered).
-        let landed = loop {
-            match store::recorded(storage, plan).await {
-                Ok(done) => break done.len(),
+        let keys = loop {
+            match store::records(storage, plan).await {
+                Ok(keys) => break keys,
                 Err(e) => tracing::warn!(plan = plan.id(), error = %e,
                     "could not list the units; trying again"),
             }
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         };
-        if landed == record.units.len() {
+        let landed = store::units_in(plan, &keys).len();
+        if landed == record.units.len() && keys.contains(&plan.audio_key()) {
             self.send_stitch(plan).await;
         }
         let playable = if self.early(&record.request) {
-            self.extended(plan, &record).await
+            self.extended(plan, record).await
         } else {
             None
         };
-        TaskEnd::Landed {
-            request: Box::new(record.request),
+        Progressed {
             landed,
             of: record.units.len(),
             playable,
@@ -298,10 +317,7 @@ impl JobRunner {
         let Some(dispatch) = &self.dispatch() else {
             return;
         };
-        let task = Task {
-            plan: plan.clone(),
-            unit: None,
-        };
+        let task = Task::stitch(plan);
         // Sent, whatever it takes: nothing else would answer the request.
         while let Err(e) = dispatch.send(&task).await {
             tracing::error!(plan = plan.id(), error = %e,
@@ -349,6 +365,12 @@ impl JobRunner {
                 Instant::now(),
             ));
         }
+        // The audio is made beside the units, and its record may come last.
+        let Ok(Some(audio)) = store::read::<AudioRecord>(storage, plan, plan.audio_key()).await
+        else {
+            tracing::warn!(plan = plan.id(), "stitch before the audio landed: dropped");
+            return None;
+        };
         let mut units = Vec::with_capacity(record.units.len());
         for i in 0..record.units.len() as u32 {
             match store::read::<UnitRecord>(storage, plan, plan.unit_key(i)).await {
@@ -366,6 +388,7 @@ impl JobRunner {
         let role = As::Stitch {
             plan: plan.clone(),
             record: Box::new(record),
+            audio: Box::new(audio),
             units,
         };
         match self.run_as(&req, job, &role).await {
@@ -374,8 +397,9 @@ impl JobRunner {
         }
     }
 
-    /// The request's part once its media job came back planned: the audio's pieces and the
-    /// plan stored, a task sent for each unit without a record.
+    /// The request's part once its media job came back planned: the plan stored, a task sent
+    /// for the audio and for each unit without a record (the audio first: it and the first
+    /// unit make the stream playable).
     pub(super) async fn hand_off(
         &self,
         h: Handing<'_>,
@@ -400,22 +424,13 @@ impl JobRunner {
             let e = JobError::Internal("a plan without its video's analysis".into());
             return Err((Failure::at(Stage::Transform)(e), partial()));
         };
-        let pieces = self.store_pieces(&plan, &media.files).await.map_err(fail)?;
-        // Playable early: the audio (encoded whole) in the early stream.
-        if self.early(h.req) {
-            self.publish_early(&plan, h.req, media.files.iter().collect())
-                .await
-                .map_err(fail)?;
-        }
         let record = PlanRecord {
             request: h.req.clone(),
             source_etag: etag,
             source_size: h.source.size_bytes.unwrap_or(0),
             units: h.units,
+            audio_reads: h.audio_reads,
             analysis,
-            audio: media.tracks.into_iter().next(),
-            pieces,
-            warnings: media.warnings,
             fingerprint: h.fingerprint.to_owned(),
         };
         let storage = &*svc.storage;
@@ -423,7 +438,7 @@ impl JobRunner {
             .await
             .map_err(fail)?;
         // A request sent again after this plan was answered with a failure is tried again: the
-        // failure and the answer are forgotten (the landed units are kept).
+        // failure and the answer are forgotten (the landed units and audio are kept).
         let keys = store::records(storage, &plan).await.map_err(fail)?;
         if keys.contains(&plan.failed_key()) {
             for i in 0..record.units.len() as u32 {
@@ -446,7 +461,8 @@ impl JobRunner {
             .delete(&plan.bucket, &plan.answered_key())
             .await
             .map_err(fail)?;
-        let landed = store::recorded(storage, &plan).await.map_err(fail)?;
+        let landed = store::units_in(&plan, &keys);
+        let audio_missing = !keys.contains(&plan.audio_key());
         let missing: Vec<u32> = (0..record.units.len() as u32)
             .filter(|i| !landed.contains(i))
             .collect();
@@ -454,22 +470,17 @@ impl JobRunner {
             plan = plan.id(),
             units = record.units.len(),
             missing = missing.len(),
+            audio_missing,
             "video planned as units: sending them to the fleet"
         );
-        let tasks: Vec<Task> = if missing.is_empty() {
-            vec![Task {
-                plan: plan.clone(),
-                unit: None,
-            }]
-        } else {
-            missing
-                .iter()
-                .map(|&i| Task {
-                    plan: plan.clone(),
-                    unit: Some(i),
-                })
-                .collect()
-        };
+        let mut tasks: Vec<Task> = audio_missing
+            .then(|| Task::audio(&plan))
+            .into_iter()
+            .collect();
+        tasks.extend(missing.iter().map(|&i| Task::unit(&plan, i)));
+        if tasks.is_empty() {
+            tasks.push(Task::stitch(&plan));
+        }
         for t in &tasks {
             dispatch.send(t).await.map_err(|e| {
                 let e = JobError::Storage(StorageError::Unavailable(format!("unit topic: {e}")));
@@ -477,6 +488,45 @@ impl JobRunner {
             })?;
         }
         Ok(handed_off(h.source))
+    }
+
+    /// The audio's pieces stored (and in the early stream), then its record.
+    pub(super) async fn land_audio(
+        &self,
+        req: &OptimizeRequest,
+        plan: &PlanRef,
+        media: MediaOutput,
+        scratch: &Path,
+    ) -> Result<Done, (Failure, Partial)> {
+        let fail = |e: StorageError| (Failure::at(Stage::Upload)(e), Partial::default());
+        let pieces = self.store_pieces(plan, &media.files).await.map_err(fail)?;
+        if self.early(req) {
+            self.publish_early(plan, req, media.files.iter().collect())
+                .await
+                .map_err(fail)?;
+        }
+        let loudness = match media.analysis {
+            Some(Analysis::Video(a)) => a.loudness,
+            _ => None,
+        };
+        let audio = AudioRecord {
+            track: media.tracks.into_iter().next(),
+            pieces,
+            loudness,
+            warnings: media.warnings,
+        };
+        let storage = &*self.services().storage;
+        store::write(storage, plan, plan.audio_key(), &audio, scratch)
+            .await
+            .map_err(fail)?;
+        tracing::info!(plan = plan.id(), worker = %self.services().worker.id,
+            "the video's audio landed");
+        Ok(handed_off(&SourceInfo {
+            bucket: String::new(),
+            key: String::new(),
+            size_bytes: None,
+            etag: None,
+        }))
     }
 
     /// A unit's pieces stored, then its record.
@@ -546,6 +596,7 @@ impl JobRunner {
         let As::Stitch {
             plan,
             record,
+            audio,
             units,
         } = role
         else {
@@ -570,7 +621,7 @@ impl JobRunner {
                 partial(),
             )
         })?;
-        let names = record
+        let names = audio
             .pieces
             .iter()
             .chain(units.iter().flat_map(|u| match u {
@@ -590,8 +641,10 @@ impl JobRunner {
         let mut media_job = svc
             .settings
             .media_job(manifest::profile_of(req), req.media_type);
+        let mut analysis = record.analysis.clone();
+        analysis.loudness = audio.loudness.clone();
         media_job.part = Part::Stitch(Box::new(StitchInput {
-            analysis: record.analysis.clone(),
+            analysis,
             units: units
                 .iter()
                 .map(|u| match u {
@@ -599,14 +652,14 @@ impl JobRunner {
                     UnitRecord::Failed { .. } => Vec::new(),
                 })
                 .collect(),
-            audio: record.audio.clone(),
+            audio: audio.track.clone(),
         }));
         let mut media = self
             .native(job, media_job, scratch, cancel, role)
             .await
             .map_err(|f| (f, partial()))?
             .expect("only a unit is skipped");
-        media.warnings.splice(0..0, record.warnings.iter().cloned());
+        media.warnings.splice(0..0, audio.warnings.iter().cloned());
         debug_assert_eq!(media.media_type, MediaType::Video);
         let fingerprint = record.fingerprint.clone();
         self.finish(req, job, cancel, &source, fingerprint, media, None, scratch)

@@ -91,12 +91,12 @@ pub struct MediaOutput {
     /// The video tracks of a stream made by this run, as the resume record keeps them.
     #[serde(default)]
     pub tracks: Vec<Track>,
-    /// A video planned as units (`Part::Plan`): the units to encode. The `tracks` then hold
-    /// the audio's, the files its pieces.
+    /// A video planned as units (`Part::Plan`): the units to encode (made by `Part::Audio`,
+    /// the `tracks` hold the audio's, the files its pieces).
     #[serde(default)]
     pub plan: Option<Vec<crate::media::part::Unit>>,
-    /// `Part::Index`: the bytes of the source the plan reads (`[start, end)`); empty: the
-    /// whole file.
+    /// The bytes of the source to read (`[start, end)`): `Part::Index`'s, what the plan reads;
+    /// `Part::Plan`'s, what the audio reads. Empty: the whole file.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reads: Vec<[u64; 2]>,
 }

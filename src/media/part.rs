@@ -1,6 +1,6 @@
 //! Which part of a long video's work a media job is (see `video::units`): the whole job (every
 //! image, every short video, and a long one on a worker that cannot spread it), or one of the
-//! parts a long video is spread as: its plan (with the audio, made once), a unit, the stitch.
+//! parts a long video is spread as: its plan, its audio (made once), a unit, the stitch.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,9 +12,11 @@ pub enum Part {
     /// Everything, here (a long video's units one after another).
     #[default]
     Whole,
-    /// Probe and plan: a video planned as units gets its audio only (the output's `plan` says
+    /// Probe and plan: a video planned as units gets its plan only (the output's `plan` says
     /// which units to encode); any other input is done whole.
     Plan,
+    /// A planned video's audio, once for the whole program (its loudness measured first).
+    Audio,
     /// Before the plan, on a worker that spreads long videos: what of the source the plan
     /// reads, decided from the source's header and index alone (`video::reads`). The output's
     /// `reads`, empty when the file is read whole (a short video, an image, a container not

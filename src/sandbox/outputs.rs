@@ -63,8 +63,8 @@ pub fn check(work: &Work, mut output: MediaOutput) -> Result<MediaOutput, MediaF
             output.files.len()
         )));
     }
-    // Byte ranges of the source the worker will download (`Part::Index`, and each unit of a
-    // plan): within the file, in order, apart, and not a flood of requests.
+    // Byte ranges of the source the worker will download (`Part::Index`'s, a plan's for its
+    // audio and for each unit): within the file, in order, apart, and not a flood of requests.
     let size = std::fs::metadata(&work.input).map_or(0, |m| m.len());
     let units = output.plan.iter().flatten().map(|u| &u.reads);
     if let Some(bad) = std::iter::once(&output.reads)

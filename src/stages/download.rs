@@ -29,8 +29,9 @@ pub async fn run(
     })
 }
 
-/// Ranged reads at once per part.
-const PARALLEL_RANGES: usize = 4;
+/// Ranged reads at once per part: the audio's are thousands of small ones (a packet, or a few,
+/// between the video's), each a round trip.
+const PARALLEL_RANGES: usize = 16;
 
 /// A source smaller than this is downloaded whole: its index and ranges would save little, for
 /// a step more.

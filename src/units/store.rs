@@ -3,6 +3,7 @@
 //! ```text
 //! {user_id}/videos/{media_id}/units/{plan_id}/plan.json                the plan
 //!                                            /pieces/...                what the plan and units made
+//!                                            /records/audio.json        the audio's (after its pieces)
 //!                                            /records/unit-00003.json   unit 3's (after its pieces)
 //!                                            /records/failed            a unit failed for good
 //!                                            /records/answered          the response is published
@@ -19,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::contract::{
-    ErrorCode, MediaType, OptimizeRequest, SourceRef, Stage, VideoAnalysis, Warning,
+    ErrorCode, Loudness, MediaType, OptimizeRequest, SourceRef, Stage, VideoAnalysis, Warning,
 };
 use crate::media::part::Unit;
 use crate::media::track::Track;
@@ -74,6 +75,10 @@ impl PlanRef {
         self.key(&format!("records/unit-{index:05}.json"))
     }
 
+    pub fn audio_key(&self) -> String {
+        self.key("records/audio.json")
+    }
+
     pub fn failed_key(&self) -> String {
         self.key("records/failed")
     }
@@ -119,13 +124,25 @@ pub struct PlanRecord {
     pub source_etag: String,
     pub source_size: u64,
     pub units: Vec<Unit>,
-    /// The source's analysis (no poster yet), its loudness included.
+    /// The source's bytes the audio reads (`[start, end)`, see `media::video::reads`); empty:
+    /// the whole file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audio_reads: Vec<[u64; 2]>,
+    /// The source's analysis (no poster, no loudness yet: the audio's record has it).
     pub analysis: VideoAnalysis,
-    pub audio: Option<Track>,
-    /// The audio's pieces, stored beside the plan.
-    pub pieces: Vec<String>,
-    pub warnings: Vec<Warning>,
     pub fingerprint: String,
+}
+
+/// The whole video's audio, made by a task of its own beside the units.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AudioRecord {
+    /// None: the video has no audio.
+    pub track: Option<Track>,
+    /// Its pieces, stored beside the plan.
+    pub pieces: Vec<String>,
+    /// The loudness over the whole program, when the profile measures it.
+    pub loudness: Option<Box<Loudness>>,
+    pub warnings: Vec<Warning>,
 }
 
 /// What became of one unit.
@@ -140,9 +157,10 @@ pub enum UnitRecord {
         /// The worker that encoded it (the fleet tests read it).
         worker: String,
     },
-    /// It failed for good: the request is answered with this, and no other unit is encoded.
+    /// It (or the audio: no index) failed for good: the request is answered with this, and no
+    /// other unit is encoded.
     Failed {
-        index: u32,
+        index: Option<u32>,
         code: ErrorCode,
         stage: Stage,
         message: String,
@@ -186,7 +204,11 @@ pub async fn records(storage: &dyn Storage, at: &PlanRef) -> Result<Vec<String>,
 
 /// The indexes of the units with a record.
 pub async fn recorded(storage: &dyn Storage, at: &PlanRef) -> Result<Vec<u32>, StorageError> {
-    let keys = records(storage, at).await?;
+    Ok(units_in(at, &records(storage, at).await?))
+}
+
+/// The indexes of the units with a record among a plan's record `keys`.
+pub fn units_in(at: &PlanRef, keys: &[String]) -> Vec<u32> {
     let prefix = at.records();
     let mut indexes: Vec<u32> = keys
         .iter()
@@ -195,7 +217,7 @@ pub async fn recorded(storage: &dyn Storage, at: &PlanRef) -> Result<Vec<u32>, S
         .collect();
     indexes.sort_unstable();
     indexes.dedup();
-    Ok(indexes)
+    indexes
 }
 
 #[cfg(test)]

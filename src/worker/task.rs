@@ -150,14 +150,11 @@ async fn unit_task(d: Delivery, ctx: Arc<Ctx>) {
     };
     let response = match r {
         TaskEnd::Respond(r) => *r,
-        TaskEnd::Landed {
-            request,
-            landed,
-            of,
-            playable,
-        } => {
-            if let Some(p) = &ctx.progress {
-                p.unit_landed(&request, landed, of, playable).await;
+        TaskEnd::Landed(request, p) => {
+            if let Some(progress) = &ctx.progress {
+                progress
+                    .unit_landed(&request, p.landed, p.of, p.playable)
+                    .await;
             }
             return ctx.acker.finished(d.token);
         }

@@ -131,6 +131,7 @@ fn run(
         (Part::Plan, Some(plan)) => {
             return units::plan_part(job, &probe, input, out_dir, plan, ctl);
         }
+        (Part::Audio, _) => return units::audio_part(job, &probe, input, out_dir, ctl),
         (_, Some(plan)) => return units::run(job, &probe, input, out_dir, &plan, ctl),
         (_, None) => {}
     }

@@ -1,11 +1,13 @@
 //! What of the source a long video's parts read: byte ranges, so that the fleet's bytes for
 //! one video stay under twice the source's size, not units × size.
 //!
-//! - **The plan** (the request's worker) reads the container, the first packets and the audio
-//!   ([`for_plan`]): it measures the loudness and encodes the audio over the whole program, and
-//!   lists the packets from the index. Before that, the header, the index and the first bytes
-//!   of the media data alone say whether the video is long and which bytes those are
-//!   (`Part::Index`, see `stages::download::index`).
+//! - **The plan** (the request's worker) reads the container and the first packets
+//!   ([`for_plan`]): it lists the packets from the index. Before that, the header, the index
+//!   and the first bytes of the media data alone say whether the video is long and which bytes
+//!   those are (`Part::Index`, see `stages::download::index`).
+//! - **The audio** (the same worker, once the units are sent) reads every audio packet too
+//!   ([`for_audio`], named by the plan): it measures the loudness and encodes the audio over
+//!   the whole program.
 //! - **A unit** ([`ranges`]): its ffmpeg opens the container (its header and index), seeks to
 //!   the keyframe before its range (`-ss`, a second before its first frame) and reads the video
 //!   packets from there to its end; the probes read the header and the first packets.
@@ -197,21 +199,31 @@ fn worth_it(ranges: Vec<[u64; 2]>, size: u64) -> Vec<[u64; 2]> {
     }
 }
 
-/// The bytes a long video's plan reads: the container's, the first seconds of every stream (its
-/// probe) and every audio packet (the loudness and the audio are made over the whole program);
-/// the video's packets are the units'. Each packet's bytes exactly (no margin: the packet list
-/// is the index's). Empty when that is most of the file.
+/// The bytes a long video's plan reads: the container's and the first seconds of every stream
+/// (its probe). Empty when that is most of the file.
 pub fn for_plan(packets: &[Packet], size: u64) -> Vec<[u64; 2]> {
+    reading(packets, size, |_| false)
+}
+
+/// The bytes its audio reads: the plan's and every audio packet (the loudness and the audio
+/// are made over the whole program); the video's packets are the units'. Each packet's bytes
+/// exactly (no margin: the packet list is the index's). Empty when that is most of the file.
+pub fn for_audio(packets: &[Packet], size: u64) -> Vec<[u64; 2]> {
+    reading(packets, size, |p| !p.video)
+}
+
+/// The container's bytes, the first seconds of every stream and the packets `also` takes.
+fn reading(packets: &[Packet], size: u64, also: impl Fn(&Packet) -> bool) -> Vec<[u64; 2]> {
     if packets.is_empty() {
         return Vec::new();
     }
     let container = container_bytes(packets, size);
     let head = head(packets);
-    let audio = packets
+    let packets = packets
         .iter()
-        .filter(|p| !p.video)
+        .filter(|p| also(p))
         .map(|p| [p.pos, p.pos + p.size]);
-    let all = container.into_iter().chain(head).chain(audio);
+    let all = container.into_iter().chain(head).chain(packets);
     worth_it(join(all, size, 0, CONTAINER_GAP), size)
 }
 
@@ -362,11 +374,15 @@ mod tests {
     }
 
     #[test]
-    fn the_plan_reads_the_container_the_first_packets_and_the_audio() {
+    fn the_plan_reads_the_container_and_the_first_packets_the_audio_its_packets_too() {
         for interleaved in [true, false] {
             let (p, size) = file(interleaved);
-            let r = for_plan(&p, size);
-            let has = |x: &Packet| r.iter().any(|[a, b]| *a <= x.pos && x.pos + x.size <= *b);
+            let plan = for_plan(&p, size);
+            let r = for_audio(&p, size);
+            let in_ = |r: &[[u64; 2]], x: &Packet| {
+                r.iter().any(|[a, b]| *a <= x.pos && x.pos + x.size <= *b)
+            };
+            let has = |x: &Packet| in_(&r, x);
             assert!(p.iter().filter(|x| !x.video).all(has), "{r:?}");
             let late_video = p.iter().filter(|x| x.video && x.dts > 1.0);
             assert!(late_video.clone().all(|x| !has(x)), "{r:?}");
@@ -375,6 +391,14 @@ mod tests {
             // header and index, and the framing between them.
             let read: u64 = r.iter().map(|[a, b]| b - a).sum();
             assert!(read < 1_200_000 + 1_600_000 + 60_000 + 4096, "{read}");
+            // The plan: the same but the audio after its first half second.
+            let late_audio = p.iter().filter(|x| !x.video && x.dts > 1.0);
+            assert!(late_audio.clone().all(|x| !in_(&plan, x)), "{plan:?}");
+            assert!(p.iter().filter(|x| x.dts == 0.0).all(|x| in_(&plan, x)));
+            assert!(
+                plan.iter()
+                    .all(|[a, b]| r.iter().any(|[c, d]| c <= a && b <= d))
+            );
         }
     }
 

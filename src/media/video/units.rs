@@ -504,7 +504,7 @@ fn sprite(
     Ok(plan.files(out_dir)?)
 }
 
-/// A planned video on this worker: the audio, each unit in turn, then the stitch.
+/// A planned video on this worker: the plan, the audio, each unit in turn, then the stitch.
 pub fn run(
     job: &MediaJob,
     probe: &VideoProbe,
@@ -514,29 +514,33 @@ pub fn run(
     ctl: &mut Control,
 ) -> Result<MediaOutput, MediaFailure> {
     let planned = plan_part(job, probe, input, out_dir, units.to_vec(), ctl)?;
+    let audio = audio_part(job, probe, input, out_dir, ctl)?;
     let mut tracks = Vec::new();
     for unit in units {
         tracks.push(encode_unit(job, probe, input, out_dir, unit, ctl)?.tracks);
     }
-    let Some(crate::contract::Analysis::Video(analysis)) = planned.analysis else {
-        unreachable!("a plan analyses its video");
+    let Some(crate::contract::Analysis::Video(analysis)) = audio.analysis else {
+        unreachable!("the audio's part analyses its video");
     };
     let input = StitchInput {
         analysis,
         units: tracks,
-        audio: planned.tracks.into_iter().next(),
+        audio: audio.tracks.into_iter().next(),
     };
     let mut out = stitch_part(job, &input, out_dir, ctl);
     // The pieces were the stitch's: not outputs.
     let _ = std::fs::remove_dir_all(out_dir.join(PIECES));
     if let Ok(out) = &mut out {
         out.warnings.splice(0..0, planned.warnings);
+        out.warnings.splice(0..0, audio.warnings);
     }
     out
 }
 
-/// The plan's part (`Part::Plan`): the loudness over the whole program and the audio, once;
-/// the output's `plan` lists the units to encode.
+/// The plan's part (`Part::Plan`): the units to encode (the output's `plan`), each with the
+/// bytes of the source it reads, and the bytes the audio reads (the output's `reads`; empty:
+/// the whole file). Quick (an index read): the units go to the fleet at once, and the audio
+/// (`Part::Audio`) is made while they are encoded.
 pub fn plan_part(
     job: &MediaJob,
     probe: &VideoProbe,
@@ -545,16 +549,36 @@ pub fn plan_part(
     units: Vec<Unit>,
     ctl: &mut Control,
 ) -> Result<MediaOutput, MediaFailure> {
-    let rungs = transcode::plan(&job.profile.renditions, probe).len();
-    // As long as a one-run encode may take, and a unit's base time each.
+    let limit = transcode::time_limit(&job.video, probe, job.limits.max_video_seconds);
+    ctl.emit(Event::TimeLimit(limit));
+    let work = out_dir.join(WORK);
+    let (units, reads) = with_reads(job, probe, input, &work, limit, units, ctl);
+    Ok(MediaOutput {
+        media_type: crate::contract::MediaType::Video,
+        files: Vec::new(),
+        analysis: Some(analysis(probe, None, None)),
+        warnings: Vec::new(),
+        tracks: Vec::new(),
+        plan: Some(units),
+        reads,
+    })
+}
+
+/// A planned video's audio (`Part::Audio`), once for the whole program: its loudness
+/// measured, then the audio encoded and normalised. The output's `tracks` hold the audio's
+/// track (none without audio) and its `analysis` the loudness.
+pub fn audio_part(
+    job: &MediaJob,
+    probe: &VideoProbe,
+    input: &Path,
+    out_dir: &Path,
+    ctl: &mut Control,
+) -> Result<MediaOutput, MediaFailure> {
+    // A measurement and an encode of the audio, each bounded as a one-run rung.
     let per_rung = transcode::time_limit(&job.video, probe, job.limits.max_video_seconds);
-    let base = std::time::Duration::from_secs(job.video.timeout_base_secs);
-    ctl.emit(Event::TimeLimit(
-        per_rung * (rungs as u32 + 2) + base * (units.len() as u32 + 2),
-    ));
+    ctl.emit(Event::TimeLimit(per_rung * 2));
     let mut warnings = Vec::new();
     let work = out_dir.join(WORK);
-    let units = with_reads(job, probe, input, &work, per_rung, units, ctl);
     let loudness = loudness_of(job, probe, input, &work, per_rung, ctl, &mut warnings)?;
     let filter = loudness
         .as_ref()
@@ -570,13 +594,14 @@ pub fn plan_part(
         analysis: Some(analysis(probe, None, loudness)),
         warnings,
         tracks,
-        plan: Some(units),
+        plan: None,
         reads: Vec::new(),
     })
 }
 
-/// The units with the bytes each reads (see [`reads`]): left empty (the whole file) for a
-/// container not read in ranges or when the packets cannot be listed.
+/// The units with the bytes each reads (see [`reads`]), and the bytes the audio reads: left
+/// empty (the whole file) for a container not read in ranges or when the packets cannot be
+/// listed.
 fn with_reads(
     job: &MediaJob,
     probe: &VideoProbe,
@@ -585,9 +610,9 @@ fn with_reads(
     limit: std::time::Duration,
     mut units: Vec<Unit>,
     ctl: &Control,
-) -> Vec<Unit> {
+) -> (Vec<Unit>, Vec<[u64; 2]>) {
     if !reads::ranged(probe.demuxer, input) || std::fs::create_dir_all(work).is_err() {
-        return units;
+        return (units, Vec::new());
     }
     let (Ok(size), Some(packets)) = (
         std::fs::metadata(input).map(|m| m.len()),
@@ -600,7 +625,7 @@ fn with_reads(
             &ctl.cancel,
         ),
     ) else {
-        return units;
+        return (units, Vec::new());
     };
     let rate = rate(job, probe);
     let windows: Vec<reads::Window> = units
@@ -619,19 +644,19 @@ fn with_reads(
     {
         u.reads = r;
     }
-    units
+    (units, reads::for_audio(&packets, size))
 }
 
 /// What a long video publishes before it is done (`job::early`), written under `dir`: the
 /// growing playlist of its lowest rung over `lowest` (the rung's segments landed in order),
-/// and with the first unit (`first`) the audio's playlist and the master over that rung and the
-/// audio; `done`: the playlist over every unit, with its end. Named as the finished video's
-/// files, the master last.
+/// and with `master` (once the first unit and the audio have landed) the audio's playlist and
+/// the master over that rung and the audio; `done`: the playlist over every unit, with its end.
+/// Named as the finished video's files, the master last.
 pub fn early_stream(
     job: &MediaJob,
     lowest: &Track,
     audio: Option<&Track>,
-    first: bool,
+    master: bool,
     done: bool,
     dir: &Path,
 ) -> Result<Vec<ProducedFile>, MediaError> {
@@ -648,7 +673,7 @@ pub fn early_stream(
         lowest,
         stream::event_playlist(lowest, target, done),
     )];
-    if first {
+    if master {
         if let Some(a) = audio {
             out.push(playlist(a, stream::media_playlist(a)));
         }
