@@ -773,7 +773,7 @@ fn logged(log: &str, message: &str) -> Vec<serde_json::Value> {
 /// naming the signal and where in the video the unit starts; the other units are skipped, not
 /// encoded, and every task of the unit topic is taken (none left behind); nothing is written
 /// where the finished video goes and no early playlist stays; the worker stays ready and clean,
-/// and answers the next job.
+/// and answers the next job. The request sent again is done, and keeps what landed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_unit_that_keeps_crashing_is_answered_after_its_retries() {
     use media_worker::contract::{ErrorCode, Stage, Status};
@@ -879,6 +879,15 @@ async fn a_unit_that_keeps_crashing_is_answered_after_its_retries() {
     assert_eq!(completed(&responses).key, "after");
     assert!(worker.jobs().is_empty(), "{:?}", worker.jobs());
     common::clean_and_well(&worker, 1);
+
+    // Sent again (its unit no longer killed), the video is done: the failure forgotten, the
+    // parts landed before it kept (each unit and the audio made once in all), the failed unit
+    // and those skipped made now.
+    stack.send(&req).await;
+    assert_eq!(completed(&responses).key, "crashing");
+    let log = worker.log();
+    assert_eq!(logged(&log, "unit landed").len(), units);
+    assert_eq!(logged(&log, "the video's audio landed").len(), 1);
 
     // Where in the video the failing unit starts (units of 2 segments of 4 s), as a unit's
     // other failures say it (`media::video::units`). Checked last: the rest holds without it.

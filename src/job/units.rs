@@ -461,6 +461,8 @@ impl JobRunner {
             .delete(&plan.bucket, &plan.answered_key())
             .await
             .map_err(fail)?;
+        // Listed again: a forgotten unit's failure is no record.
+        let keys = store::records(storage, &plan).await.map_err(fail)?;
         let landed = store::units_in(&plan, &keys);
         let audio_missing = !keys.contains(&plan.audio_key());
         let missing: Vec<u32> = (0..record.units.len() as u32)
