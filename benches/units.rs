@@ -201,6 +201,7 @@ fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize, first_core
 /// unit done, first playable).
 fn first_playable(job: &MediaJob, input: &Path, out: &Path) -> (f64, f64, f64, f64) {
     pin(0);
+    std::fs::create_dir_all(out).unwrap();
     let probe = ffprobe::run(
         &job.video,
         input,

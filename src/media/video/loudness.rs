@@ -1,13 +1,15 @@
 //! Loudness (EBU R128). A measurement pass decodes the audio alone (cheap: no video is
-//! decoded) through ffmpeg's `loudnorm`, which reports integrated loudness, true peak and
-//! loudness range; a profile with a target then normalises in the ladder's one run, `loudnorm`
-//! again given the measurement (linear gain whenever the true peak allows it).
+//! decoded) through ffmpeg's `ebur128` meter (true peak on), which reports integrated
+//! loudness, its gate, true peak and loudness range: what `loudnorm`'s own measuring pass
+//! reports (within 0.1 dB here), in a quarter of its time (`loudnorm` resamples to 192 kHz:
+//! 7.3 s against 1.9 s for 10 minutes of audio), which a long video's first playable waits
+//! for. A profile with a target then normalises in the ladder's run, `loudnorm` given the
+//! measurement (linear gain whenever the true peak allows it).
 
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::child::{self, ChildError};
@@ -16,14 +18,14 @@ use crate::contract::Loudness;
 use crate::media::error::MediaError;
 use crate::media::settings::{LoudnessSpec, VideoSettings};
 
-/// What the measurement pass reports (`loudnorm` with `print_format=json`).
+/// What the measurement pass reports (`ebur128`'s summary).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Measured {
     pub integrated: f64,
     pub true_peak: f64,
     pub range: f64,
+    /// The integrated loudness's relative gate.
     pub threshold: f64,
-    pub offset: f64,
 }
 
 impl Measured {
@@ -48,11 +50,11 @@ pub fn measure(
     cancel: &CancellationToken,
 ) -> Result<Option<Measured>, MediaError> {
     let mut cmd = Command::new(&settings.ffmpeg);
-    // loudnorm prints its report at the info level.
+    // ebur128 prints its summary at the info level (and each frame's at verbose, not here).
     cmd.args(["-hide_banner", "-nostdin", "-nostats", "-v", "info"])
         .args(ffprobe::input_args(probe.demuxer, input))
         .args(["-map", "0:a:0", "-vn", "-sn", "-dn"])
-        .args(["-af", "loudnorm=print_format=json", "-f", "null", "-"])
+        .args(["-af", "ebur128=peak=true", "-f", "null", "-"])
         .current_dir(log.parent().unwrap_or(Path::new(".")));
     child::run(cmd, log, limit, cancel, &mut |_| {}).map_err(|e| match e {
         ChildError::TimedOut(d) => MediaError::Timeout(d),
@@ -64,39 +66,29 @@ pub fn measure(
     parse(&std::fs::read_to_string(log)?)
 }
 
-#[derive(Deserialize)]
-struct Report {
-    input_i: String,
-    input_tp: String,
-    input_lra: String,
-    input_thresh: String,
-    target_offset: String,
-}
-
-/// The last JSON object of the log: `loudnorm`'s report.
+/// The last summary of the log: `ebur128`'s.
 fn parse(log: &str) -> Result<Option<Measured>, MediaError> {
-    let bad = |why: &str| MediaError::Transform(format!("loudnorm's report: {why}"));
-    let start = log.rfind('{').ok_or_else(|| bad("missing"))?;
-    let end = log[start..].find('}').ok_or_else(|| bad("cut short"))? + start + 1;
-    let r: Report = serde_json::from_str(&log[start..end]).map_err(|e| bad(&e.to_string()))?;
-    let num = |s: &str| s.trim().parse::<f64>().ok().filter(|v| v.is_finite());
-    // Silence measures -inf (or -70, the absolute gate).
-    match (
-        num(&r.input_i).filter(|i| *i > -70.0),
-        num(&r.input_tp),
-        num(&r.input_lra),
-        num(&r.input_thresh),
-        num(&r.target_offset),
-    ) {
-        (Some(integrated), Some(true_peak), Some(range), Some(threshold), Some(offset)) => {
-            Ok(Some(Measured {
-                integrated,
-                true_peak,
-                range,
-                threshold,
-                offset,
-            }))
-        }
+    let bad = |why: &str| MediaError::Transform(format!("ebur128's summary: {why}"));
+    let start = log.rfind("Summary:").ok_or_else(|| bad("missing"))?;
+    // `  I:  -21.8 LUFS`: the first value after `key:` in the summary (the integrated
+    // loudness's gate is the first `Threshold:`, before the range's).
+    let value = |key: &str| -> Option<f64> {
+        let at = log[start..].find(&format!("{key}:"))? + start + key.len() + 1;
+        let v: f64 = log[at..].split_whitespace().next()?.parse().ok()?;
+        v.is_finite().then_some(v)
+    };
+    let (integrated, threshold, range) = match (value("I"), value("Threshold"), value("LRA")) {
+        (Some(i), Some(t), Some(r)) => (i, t, r),
+        _ => return Err(bad("cut short")),
+    };
+    // Silence measures the absolute gate, -70, and a peak of -inf.
+    match (integrated > -70.0, value("Peak")) {
+        (true, Some(true_peak)) => Ok(Some(Measured {
+            integrated,
+            true_peak,
+            range,
+            threshold,
+        })),
         _ => Ok(None),
     }
 }
@@ -109,8 +101,8 @@ pub fn normalise(m: &Measured, spec: &LoudnessSpec) -> Option<String> {
     let lra = m.range.clamp(7.0, 50.0);
     Some(format!(
         "loudnorm=I={target}:TP={}:LRA={lra}:measured_I={}:measured_TP={}:measured_LRA={}:\
-         measured_thresh={}:offset={}:linear=true",
-        spec.max_true_peak_dbtp, m.integrated, m.true_peak, m.range, m.threshold, m.offset
+         measured_thresh={}:linear=true",
+        spec.max_true_peak_dbtp, m.integrated, m.true_peak, m.range, m.threshold
     ))
 }
 
@@ -118,29 +110,36 @@ pub fn normalise(m: &Measured, spec: &LoudnessSpec) -> Option<String> {
 mod tests {
     use super::*;
 
-    const LOG: &str = r#"size=N/A time=00:00:10.00 bitrate=N/A speed= 133x
-[Parsed_loudnorm_0 @ 0x55ed752a8280]
-{
-	"input_i" : "-19.68",
-	"input_tp" : "-6.45",
-	"input_lra" : "2.70",
-	"input_thresh" : "-29.68",
-	"output_i" : "-23.46",
-	"output_tp" : "-9.79",
-	"output_lra" : "2.50",
-	"output_thresh" : "-33.46",
-	"normalization_type" : "dynamic",
-	"target_offset" : "-0.54"
-}
+    const LOG: &str = r#"size=N/A time=00:01:04.00 bitrate=N/A speed= 133x
+[Parsed_ebur128_0 @ 0x5562b056d1c0] Summary:
+
+  Integrated loudness:
+    I:         -19.7 LUFS
+    Threshold: -29.7 LUFS
+
+  Loudness range:
+    LRA:         2.7 LU
+    Threshold: -39.7 LUFS
+    LRA low:   -21.0 LUFS
+    LRA high:  -18.3 LUFS
+
+  True peak:
+    Peak:       -6.4 dBFS
 "#;
 
     #[test]
     fn the_report_is_read_and_silence_has_no_loudness() {
         let m = parse(LOG).unwrap().unwrap();
-        assert_eq!((m.integrated, m.true_peak, m.range), (-19.68, -6.45, 2.70));
-        let silent = LOG.replace("\"-19.68\"", "\"-inf\"");
+        assert_eq!(
+            (m.integrated, m.true_peak, m.range, m.threshold),
+            (-19.7, -6.4, 2.7, -29.7)
+        );
+        let silent = LOG
+            .replace("-19.7 LUFS", "-70.0 LUFS")
+            .replace("-6.4 dBFS", "-inf dBFS");
         assert_eq!(parse(&silent).unwrap(), None);
         assert!(parse("no report").is_err());
+        assert!(parse(&LOG[..LOG.find("Loudness range").unwrap()]).is_err());
     }
 
     #[test]
@@ -152,10 +151,10 @@ mod tests {
         };
         let f = normalise(&m, &spec).unwrap();
         assert!(
-            f.starts_with("loudnorm=I=-16:TP=-1:LRA=7:measured_I=-19.68:"),
+            f.starts_with("loudnorm=I=-16:TP=-1:LRA=7:measured_I=-19.7:measured_TP=-6.4:"),
             "{f}"
         );
-        assert!(f.ends_with("offset=-0.54:linear=true"), "{f}");
+        assert!(f.ends_with("measured_thresh=-29.7:linear=true"), "{f}");
         let measure_only = LoudnessSpec {
             target_lufs: None,
             ..spec
