@@ -13,8 +13,8 @@
 //! two workers ≥ 1.8 × faster than one. It also prints when the video would first be
 //! playable (`early_playback`): once the plan, the first unit and the audio are done, from the
 //! start (the source's download not counted). The audio is the queue's first job, as the
-//! request's worker makes it right after sending the units: with two workers it is made
-//! while the first unit is encoded. Run it with `--minutes 1` and `--minutes 10` to compare.
+//! request sends its task before the units': with two workers it is made while the first unit
+//! is encoded. Run it with `--minutes 1` and `--minutes 10` to compare.
 //!
 //!   cargo bench --bench units [-- --minutes 10 --unit-segments 1,2 --workers 1,2]
 //!
@@ -196,8 +196,8 @@ fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize, first_core
 }
 
 /// When a long video first plays on a pod of two cores (`--first-playable`): the plan, then the
-/// audio on core 0 beside the first unit on core 1, as the request's worker makes the audio
-/// while a unit task holds the other permit. Seconds from the start: (plan, audio done, first
+/// audio on core 0 beside the first unit on core 1, as two permits (or two pods) take the
+/// audio's task and the first unit's, which the request sends first. Seconds from the start: (plan, audio done, first
 /// unit done, first playable).
 fn first_playable(job: &MediaJob, input: &Path, out: &Path) -> (f64, f64, f64, f64) {
     pin(0);

@@ -126,8 +126,16 @@ impl JobRunner {
         let from = published.as_ref().map_or(0, |p| p.units);
         let keys = store::records(storage, plan).await?;
         let landed = store::units_in(plan, &keys);
-        // Every unit landed: the stitch is on its way, and closes it.
-        if !done && landed.len() >= record.units.len() {
+        // The master names the audio's playlist too: written once both the first unit and the
+        // audio have landed, by whichever lands last.
+        let audio = match keys.contains(&plan.audio_key()) {
+            true => store::read::<AudioRecord>(storage, plan, plan.audio_key()).await?,
+            false => None,
+        };
+        let master_written = published.as_ref().is_some_and(|p| p.master);
+        // Every part landed: the stitch is on its way, and closes it (the master still written
+        // when the audio came last: the stream plays meanwhile).
+        if !done && landed.len() >= record.units.len() && (master_written || audio.is_none()) {
             return Ok(None);
         }
         let mut added = 0;
@@ -155,23 +163,25 @@ impl JobRunner {
             }
             added += 1;
         }
-        // The master names the audio's playlist too: written once both the first unit and the
-        // audio have landed, by whichever lands last.
-        let audio = match keys.contains(&plan.audio_key()) {
-            true => store::read::<AudioRecord>(storage, plan, plan.audio_key()).await?,
-            false => None,
-        };
-        let master = audio.is_some() && published.as_ref().is_some_and(|p| !p.master);
+        let mut master = audio.is_some() && published.as_ref().is_some_and(|p| !p.master);
         let Some(mut published) = published.filter(|_| added > 0 || done || master) else {
             return Ok(None);
         };
         published.units = from + added;
-        if !done
-            && let Some(newer) = store::read::<Published>(storage, plan, state.clone()).await?
-            && newer.units >= published.units
-            && (newer.master || !master)
+        // Another lander wrote meanwhile: the playlist never shrinks and the master is written
+        // (and announced) once. What it covers as far as this one's goes, only a master it
+        // lacks is left to add, over what it wrote.
+        if !done && let Some(newer) = store::read::<Published>(storage, plan, state.clone()).await?
         {
-            return Ok(None);
+            master &= !newer.master;
+            let written = newer.master;
+            if newer.units >= published.units {
+                if !master {
+                    return Ok(None);
+                }
+                published = newer;
+            }
+            published.master |= written;
         }
         published.master |= master;
         let job = self

@@ -61,7 +61,13 @@ impl JobRunner {
                 return self.retry_task(task, job).await;
             }
         };
-        let keys = store::records(storage, plan).await.unwrap_or_default();
+        let keys = match store::records(storage, plan).await {
+            Ok(keys) => keys,
+            Err(e) => {
+                tracing::warn!(plan = plan.id(), error = %e, "records unreadable; retrying");
+                return self.retry_task(task, job).await;
+            }
+        };
         if keys.contains(&plan.answered_key()) {
             tracing::info!(plan = plan.id(), "already answered");
             return TaskEnd::Nothing;
@@ -87,8 +93,13 @@ impl JobRunner {
                 self.part_task(role, &keys, job).await
             }
             (None, false) => match self.stitch_task(plan, record, job).await {
-                Some(r) => TaskEnd::Respond(Box::new(r)),
-                None => TaskEnd::Nothing,
+                Ok(Some(r)) => TaskEnd::Respond(Box::new(r)),
+                Ok(None) => TaskEnd::Nothing,
+                // Sent once: dropped on a storage error, nothing would answer.
+                Err(e) => {
+                    tracing::warn!(plan = plan.id(), error = %e, "records unreadable; retrying");
+                    self.retry_task(task, job).await
+                }
             },
         }
     }
@@ -241,7 +252,7 @@ impl JobRunner {
             // crash, a time limit) are named here.
             let (named, prefix) = match index {
                 Some(i) => (format!("unit {i} (from "), format!("{at_secs:.1} s): ")),
-                None => ("the audio".to_owned(), ": ".to_owned()),
+                None => ("the audio: ".to_owned(), String::new()),
             };
             let message = if e.message.contains(&named) {
                 e.message
@@ -301,7 +312,9 @@ impl JobRunner {
         if landed == record.units.len() && keys.contains(&plan.audio_key()) {
             self.send_stitch(plan).await;
         }
-        let playable = if self.early(&record.request) {
+        // A plan answered (or failing) has no early stream to extend: `end_early` took it down.
+        let over = keys.contains(&plan.failed_key()) || keys.contains(&plan.answered_key());
+        let playable = if self.early(&record.request) && !over {
             self.extended(plan, record).await
         } else {
             None
@@ -326,22 +339,23 @@ impl JobRunner {
         }
     }
 
+    /// The stitch's answer; `Ok(None)`: not this task's to give (a part has no record yet).
     async fn stitch_task(
         &self,
         plan: &PlanRef,
         record: PlanRecord,
         job: &JobHandle,
-    ) -> Option<OptimizeResponse> {
+    ) -> Result<Option<OptimizeResponse>, StorageError> {
         let storage = &*self.services().storage;
         let req = record.request.clone();
-        // A unit failed for good: its failure is the answer (the units after it were skipped).
-        if let Ok(Some(UnitRecord::Failed {
+        // A part failed for good: its failure is the answer (the units after it were skipped).
+        if let Some(UnitRecord::Failed {
             index,
             code,
             stage,
             message,
             at_secs,
-        })) = store::read(storage, plan, plan.failed_key()).await
+        }) = store::read(storage, plan, plan.failed_key()).await?
         {
             let failure = Failure {
                 stage,
@@ -357,31 +371,30 @@ impl JobRunner {
                 partial: Partial::default(),
             };
             let worker = &self.services().worker;
-            return Some(response::for_request(
+            return Ok(Some(response::for_request(
                 worker,
                 &req,
                 ending,
                 1,
                 Instant::now(),
-            ));
+            )));
         }
         // The audio is made beside the units, and its record may come last.
-        let Ok(Some(audio)) = store::read::<AudioRecord>(storage, plan, plan.audio_key()).await
-        else {
+        let Some(audio) = store::read::<AudioRecord>(storage, plan, plan.audio_key()).await? else {
             tracing::warn!(plan = plan.id(), "stitch before the audio landed: dropped");
-            return None;
+            return Ok(None);
         };
         let mut units = Vec::with_capacity(record.units.len());
         for i in 0..record.units.len() as u32 {
-            match store::read::<UnitRecord>(storage, plan, plan.unit_key(i)).await {
-                Ok(Some(u @ UnitRecord::Landed { .. })) => units.push(u),
+            match store::read::<UnitRecord>(storage, plan, plan.unit_key(i)).await? {
+                Some(u @ UnitRecord::Landed { .. }) => units.push(u),
                 _ => {
                     tracing::warn!(
                         plan = plan.id(),
                         unit = i,
                         "stitch before unit landed: dropped"
                     );
-                    return None;
+                    return Ok(None);
                 }
             }
         }
@@ -392,8 +405,8 @@ impl JobRunner {
             units,
         };
         match self.run_as(&req, job, &role).await {
-            Answer::Respond(r) => Some(*r),
-            Answer::HandedOff => None,
+            Answer::Respond(r) => Ok(Some(*r)),
+            Answer::HandedOff => Ok(None),
         }
     }
 

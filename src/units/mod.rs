@@ -34,7 +34,7 @@
 //!    records the failure, and parts not started yet are skipped; a request sent again after
 //!    that failure forgets it and keeps the landed parts.
 //! 4. **Stitch.** The worker that records a plan's last missing part (the last unit, or the
-//!    audio after every unit; or a unit's failure) sends the stitch task, keyed by the plan:
+//!    audio after every unit; or a part's failure) sends the stitch task, keyed by the plan:
 //!    each part writes its record before it lists the others', so of two landing at once at
 //!    least one sees both. The stitch reads the records, downloads the pieces, makes
 //!    every output (`Part::Stitch`: playlists, MPD, MP4s assembled without encoding, storyboard,

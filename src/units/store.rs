@@ -2,10 +2,10 @@
 //!
 //! ```text
 //! {user_id}/videos/{media_id}/units/{plan_id}/plan.json                the plan
-//!                                            /pieces/...                what the plan and units made
+//!                                            /pieces/...                what the audio and units made
 //!                                            /records/audio.json        the audio's (after its pieces)
 //!                                            /records/unit-00003.json   unit 3's (after its pieces)
-//!                                            /records/failed            a unit failed for good
+//!                                            /records/failed            a part failed for good
 //!                                            /records/answered          the response is published
 //! ```
 //!

@@ -50,11 +50,19 @@ pub fn measure(
     cancel: &CancellationToken,
 ) -> Result<Option<Measured>, MediaError> {
     let mut cmd = Command::new(&settings.ffmpeg);
-    // ebur128 prints its summary at the info level (and each frame's at verbose, not here).
+    // ebur128 prints its summary at the info level, and each 100 ms at the level `framelog`
+    // says (info by default without video: 144 000 lines for 4 hours), here verbose: not
+    // printed.
     cmd.args(["-hide_banner", "-nostdin", "-nostats", "-v", "info"])
         .args(ffprobe::input_args(probe.demuxer, input))
         .args(["-map", "0:a:0", "-vn", "-sn", "-dn"])
-        .args(["-af", "ebur128=peak=true", "-f", "null", "-"])
+        .args([
+            "-af",
+            "ebur128=peak=true:framelog=verbose",
+            "-f",
+            "null",
+            "-",
+        ])
         .current_dir(log.parent().unwrap_or(Path::new(".")));
     child::run(cmd, log, limit, cancel, &mut |_| {}).map_err(|e| match e {
         ChildError::TimedOut(d) => MediaError::Timeout(d),

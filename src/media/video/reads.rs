@@ -5,9 +5,9 @@
 //!   ([`for_plan`]): it lists the packets from the index. Before that, the header, the index
 //!   and the first bytes of the media data alone say whether the video is long and which bytes
 //!   those are (`Part::Index`, see `stages::download::index`).
-//! - **The audio** (the same worker, once the units are sent) reads every audio packet too
-//!   ([`for_audio`], named by the plan): it measures the loudness and encodes the audio over
-//!   the whole program.
+//! - **The audio** (a task of its own, on any worker) reads every audio packet too
+//!   ([`for_audio`], named by the plan; the whole file past [`MAX_AUDIO_RANGES`]): it measures
+//!   the loudness and encodes the audio over the whole program.
 //! - **A unit** ([`ranges`]): its ffmpeg opens the container (its header and index), seeks to
 //!   the keyframe before its range (`-ss`, a second before its first frame) and reads the video
 //!   packets from there to its end; the probes read the header and the first packets.
@@ -34,6 +34,10 @@ use super::child;
 use super::ffprobe::{VideoProbe, input_args};
 use crate::media::settings::VideoSettings;
 
+/// The most ranged reads the audio makes: a file muxed by ffmpeg interleaves its audio in runs
+/// of a packet or two (29 a second here), each a GET; past this (11 minutes of such a file,
+/// hours of one whose runs are a second long) the whole file is one read, and quicker.
+pub const MAX_AUDIO_RANGES: usize = 20_000;
 /// Bytes between packets at least this long are the container's (a header, an index, cues);
 /// shorter ones are per-packet framing, read with the packets around them.
 const CONTAINER_GAP: u64 = 4096;
@@ -207,9 +211,15 @@ pub fn for_plan(packets: &[Packet], size: u64) -> Vec<[u64; 2]> {
 
 /// The bytes its audio reads: the plan's and every audio packet (the loudness and the audio
 /// are made over the whole program); the video's packets are the units'. Each packet's bytes
-/// exactly (no margin: the packet list is the index's). Empty when that is most of the file.
+/// exactly (no margin: the packet list is the index's). Empty (the whole file) when that is
+/// most of the file, or more than [`MAX_AUDIO_RANGES`] reads.
 pub fn for_audio(packets: &[Packet], size: u64) -> Vec<[u64; 2]> {
-    reading(packets, size, |p| !p.video)
+    let r = reading(packets, size, |p| !p.video);
+    if r.len() > MAX_AUDIO_RANGES {
+        Vec::new()
+    } else {
+        r
+    }
 }
 
 /// The container's bytes, the first seconds of every stream and the packets `also` takes.
@@ -400,6 +410,36 @@ mod tests {
                     .all(|[a, b]| r.iter().any(|[c, d]| c <= a && b <= d))
             );
         }
+    }
+
+    #[test]
+    fn audio_in_more_runs_than_the_cap_is_read_whole() {
+        // Each audio packet between two 10 KB video packets: one run each.
+        let packets = |runs: usize| -> (Vec<Packet>, u64) {
+            let mut v = Vec::new();
+            let mut pos = 10_000;
+            for i in 0..runs {
+                let t = i as f64 / 30.0;
+                for (video, size) in [(true, 10_000), (false, 300)] {
+                    v.push(Packet {
+                        stream: u32::from(!video),
+                        video,
+                        key: video && i % 60 == 0,
+                        pts: t,
+                        dts: t,
+                        pos,
+                        size,
+                    });
+                    pos += size;
+                }
+            }
+            (v, pos + 10_000)
+        };
+        let (v, size) = packets(MAX_AUDIO_RANGES - 100);
+        assert!(for_audio(&v, size).len() > MAX_AUDIO_RANGES - 100);
+        let (v, size) = packets(MAX_AUDIO_RANGES + 100);
+        assert_eq!(for_audio(&v, size), Vec::<[u64; 2]>::new());
+        assert!(!for_plan(&v, size).is_empty());
     }
 
     #[test]

@@ -515,6 +515,14 @@ pub fn run(
 ) -> Result<MediaOutput, MediaFailure> {
     let planned = plan_part(job, probe, input, out_dir, units.to_vec(), ctl)?;
     let audio = audio_part(job, probe, input, out_dir, ctl)?;
+    // The parts announced their own limits: the whole run's is a one-run encode's, and a
+    // unit's base time each.
+    let rungs = transcode::plan(&job.profile.renditions, probe).len() as u32;
+    let per_rung = transcode::time_limit(&job.video, probe, job.limits.max_video_seconds);
+    let base = std::time::Duration::from_secs(job.video.timeout_base_secs);
+    ctl.emit(Event::TimeLimit(
+        per_rung * (rungs + 2) + base * (units.len() as u32 + 2),
+    ));
     let mut tracks = Vec::new();
     for unit in units {
         tracks.push(encode_unit(job, probe, input, out_dir, unit, ctl)?.tracks);
