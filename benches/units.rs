@@ -30,7 +30,7 @@ use std::time::Instant;
 
 use media_worker::config::Settings;
 use media_worker::contract::Analysis;
-use media_worker::media::part::{Part, StitchInput};
+use media_worker::media::part::{Part, StitchInput, Unit};
 use media_worker::media::sniff::Container;
 use media_worker::media::video::{ffprobe, units};
 use media_worker::media::{self, Control, MediaJob};
@@ -107,18 +107,23 @@ struct Took {
     first_playable: f64,
 }
 
-/// The units of `plan` by `workers` threads, pinned to cores `first_core`, `first_core + 1`, ...
-fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize, first_core: usize) -> Took {
-    pin(first_core);
+/// The units `job` plans of `input` (its probe's log in `out`).
+fn planned(job: &MediaJob, input: &Path, out: &Path) -> Vec<Unit> {
+    let log = out.join("ffprobe.log");
     let probe = ffprobe::run(
         &job.video,
         input,
         Container::IsoBmff,
-        &out.join("ffprobe.log"),
+        &log,
         &Default::default(),
-    )
-    .unwrap();
-    let plan = units::plan(job, &probe).expect("planned");
+    );
+    units::plan(job, &probe.unwrap()).expect("planned")
+}
+
+/// The units of `plan` by `workers` threads, pinned to cores `first_core`, `first_core + 1`, ...
+fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize, first_core: usize) -> Took {
+    pin(first_core);
+    let plan = planned(job, input, out);
     let (cpu, started) = (cpu_seconds(), Instant::now());
     let mut plan_job = job.clone();
     plan_job.part = Part::Plan;
@@ -202,15 +207,7 @@ fn units_by(job: &MediaJob, input: &Path, out: &Path, workers: usize, first_core
 fn first_playable(job: &MediaJob, input: &Path, out: &Path) -> (f64, f64, f64, f64) {
     pin(0);
     std::fs::create_dir_all(out).unwrap();
-    let probe = ffprobe::run(
-        &job.video,
-        input,
-        Container::IsoBmff,
-        &out.join("ffprobe.log"),
-        &Default::default(),
-    )
-    .unwrap();
-    let first = units::plan(job, &probe).expect("planned").remove(0);
+    let first = planned(job, input, out).remove(0);
     let started = Instant::now();
     let mut plan_job = job.clone();
     plan_job.part = Part::Plan;
@@ -272,15 +269,7 @@ fn time_units(job: &mut MediaJob, input: &Path, dir: &Path, which: &[u32]) {
     pin(0);
     job.profile.units_after_secs = 30;
     job.profile.unit_segments = arg("--unit-segments", "2").parse().unwrap();
-    let log = dir.join("ffprobe.log");
-    let probe = ffprobe::run(
-        &job.video,
-        input,
-        Container::IsoBmff,
-        &log,
-        &Default::default(),
-    );
-    let plan = units::plan(job, &probe.unwrap()).expect("planned");
+    let plan = planned(job, input, dir);
     for &i in which {
         let unit = plan[i as usize].clone();
         let out = dir.join(format!("unit-{i}"));

@@ -593,16 +593,8 @@ impl JobRunner {
             return Ok(super::role::handed_off(&source));
         };
 
-        match role {
-            As::Unit { plan, unit, .. } => {
-                return self
-                    .land_unit(req, plan, unit.index, media, scratch.path())
-                    .await;
-            }
-            As::Audio { plan, .. } => {
-                return self.land_audio(req, plan, media, scratch.path()).await;
-            }
-            As::Request | As::Stitch { .. } => {}
+        if role.part().is_some() {
+            return self.land_part(req, role, media, scratch.path()).await;
         }
         if let (Some(units), Some(dispatch)) = (media.plan.take(), &self.dispatch) {
             let handing = Handing {

@@ -505,74 +505,60 @@ impl JobRunner {
         Ok(handed_off(h.source))
     }
 
-    /// The audio's pieces stored (and in the early stream), then its record.
-    pub(super) async fn land_audio(
+    /// A part's pieces stored (and, playable early, in the early stream: a unit's lowest
+    /// rung, the audio whole), then its record: nothing names a piece before it exists.
+    pub(super) async fn land_part(
         &self,
         req: &OptimizeRequest,
-        plan: &PlanRef,
+        role: &As,
         media: MediaOutput,
         scratch: &Path,
     ) -> Result<Done, (Failure, Partial)> {
+        let Some((plan, _, _, key)) = role.part() else {
+            unreachable!("a part lands")
+        };
         let fail = |e: StorageError| (Failure::at(Stage::Upload)(e), Partial::default());
         let pieces = self.store_pieces(plan, &media.files).await.map_err(fail)?;
-        if self.early(req) {
-            self.publish_early(plan, req, media.files.iter().collect())
-                .await
-                .map_err(fail)?;
-        }
-        let loudness = match media.analysis {
-            Some(Analysis::Video(a)) => a.loudness,
-            _ => None,
-        };
-        let audio = AudioRecord {
-            track: media.tracks.into_iter().next(),
-            pieces,
-            loudness,
-            warnings: media.warnings,
-        };
+        let worker = self.services().worker.id.clone();
         let storage = &*self.services().storage;
-        store::write(storage, plan, plan.audio_key(), &audio, scratch)
-            .await
-            .map_err(fail)?;
-        tracing::info!(plan = plan.id(), worker = %self.services().worker.id,
-            "the video's audio landed");
-        Ok(handed_off(&SourceInfo {
-            bucket: String::new(),
-            key: String::new(),
-            size_bytes: None,
-            etag: None,
-        }))
-    }
-
-    /// A unit's pieces stored, then its record.
-    pub(super) async fn land_unit(
-        &self,
-        req: &OptimizeRequest,
-        plan: &PlanRef,
-        index: u32,
-        media: MediaOutput,
-        scratch: &Path,
-    ) -> Result<Done, (Failure, Partial)> {
-        let fail = |e: StorageError| (Failure::at(Stage::Upload)(e), Partial::default());
-        let pieces = self.store_pieces(plan, &media.files).await.map_err(fail)?;
-        // Playable early: the lowest rung's segments in the early stream, before the record
-        // that lets a playlist name them.
-        if self.early(req) {
-            self.publish_lowest(plan, req, &media.tracks, &media.files)
-                .await
-                .map_err(fail)?;
+        let early = self.early(req);
+        match role {
+            As::Unit { unit, .. } => {
+                if early {
+                    self.publish_lowest(plan, req, &media.tracks, &media.files)
+                        .await
+                        .map_err(fail)?;
+                }
+                let record = UnitRecord::Landed {
+                    tracks: media.tracks,
+                    pieces,
+                    worker: worker.clone(),
+                };
+                let write = store::write(storage, plan, key, &record, scratch);
+                write.await.map_err(fail)?;
+                tracing::info!(plan = plan.id(), unit = unit.index, %worker, "unit landed");
+            }
+            _ => {
+                if early {
+                    self.publish_early(plan, req, media.files.iter().collect())
+                        .await
+                        .map_err(fail)?;
+                }
+                let loudness = match media.analysis {
+                    Some(Analysis::Video(a)) => a.loudness,
+                    _ => None,
+                };
+                let record = AudioRecord {
+                    track: media.tracks.into_iter().next(),
+                    pieces,
+                    loudness,
+                    warnings: media.warnings,
+                };
+                let write = store::write(storage, plan, key, &record, scratch);
+                write.await.map_err(fail)?;
+                tracing::info!(plan = plan.id(), %worker, "the video's audio landed");
+            }
         }
-        let record = UnitRecord::Landed {
-            tracks: media.tracks,
-            pieces,
-            worker: self.services().worker.id.clone(),
-        };
-        let storage = &*self.services().storage;
-        store::write(storage, plan, plan.unit_key(index), &record, scratch)
-            .await
-            .map_err(fail)?;
-        tracing::info!(plan = plan.id(), unit = index, worker = %self.services().worker.id,
-            "unit landed");
         Ok(handed_off(&SourceInfo {
             bucket: String::new(),
             key: String::new(),
