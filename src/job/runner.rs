@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -625,7 +625,7 @@ impl JobRunner {
     }
 
     /// The stage that downloads the whole source.
-    pub(super) async fn download_whole(
+    async fn download_whole(
         &self,
         req: &OptimizeRequest,
         job: &JobHandle,
@@ -656,39 +656,21 @@ impl JobRunner {
         cancel: &CancellationToken,
         role: &As,
     ) -> Result<Option<crate::media::MediaOutput>, Failure> {
-        // A pool permit is one core: held for the native work only, so downloads and uploads
-        // overlap other jobs' CPU work (their number is bounded by the consumer's in-flight cap).
-        job.phase(Phase::Queued);
-        let permit = self.permit().await;
-        self.native_with(permit, job, media_job, scratch, cancel, role)
-            .await
-    }
-
-    /// A pool permit (one core), when one is free.
-    pub(super) async fn permit(&self) -> OwnedSemaphorePermit {
-        self.pool
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("pool is never closed")
-    }
-
-    /// [`Self::native`] under a permit already held. The executor keeps it until the native
-    /// work has really stopped.
-    pub(super) async fn native_with(
-        &self,
-        permit: OwnedSemaphorePermit,
-        job: &JobHandle,
-        media_job: crate::media::MediaJob,
-        scratch: &ScratchDir,
-        cancel: &CancellationToken,
-        role: &As,
-    ) -> Result<Option<crate::media::MediaOutput>, Failure> {
         let svc = &self.svc;
         // MEDIA_TIMEOUT_SECS, or what the media code announces once it knows (a video's limit
         // follows its duration).
         let limit = Duration::from_secs(svc.settings.worker.media_timeout_secs);
         let work = Work::new(media_job, scratch, limit);
+        // A pool permit is one core: held for the native work only, so downloads and uploads
+        // overlap other jobs' CPU work (their number is bounded by the consumer's in-flight cap).
+        // The executor keeps it until the native work has really stopped.
+        job.phase(Phase::Queued);
+        let permit = self
+            .pool
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("pool is never closed");
         // A part another worker landed while this one waited (its task sent twice: a request
         // redelivered after it sent them) is not made again.
         if let Some((plan, _, _, key)) = role.part()

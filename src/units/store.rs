@@ -202,11 +202,6 @@ pub async fn records(storage: &dyn Storage, at: &PlanRef) -> Result<Vec<String>,
     storage.list(&at.bucket, &at.records()).await
 }
 
-/// The indexes of the units with a record.
-pub async fn recorded(storage: &dyn Storage, at: &PlanRef) -> Result<Vec<u32>, StorageError> {
-    Ok(units_in(at, &records(storage, at).await?))
-}
-
 /// The indexes of the units with a record among a plan's record `keys`.
 pub fn units_in(at: &PlanRef, keys: &[String]) -> Vec<u32> {
     let prefix = at.records();
