@@ -365,8 +365,7 @@ pub fn args(
         if audio {
             ext(&mut a, &["-map", "0:a:0"]);
             if let Some(f) = outputs.audio_filter {
-                // loudnorm works at 192 kHz: back to 48.
-                ext(&mut a, &["-af", f, "-ar", "48000"]);
+                ext(&mut a, &["-af", f]);
             }
         }
         if let Some(s) = outputs.stream.filter(|_| audio) {
@@ -514,7 +513,8 @@ pub fn video_encoder_args(
 pub fn audio_encoder_args(settings: &VideoSettings, probe: &VideoProbe) -> Vec<OsString> {
     let bitrate = format!("{}k", settings.audio_bitrate_kbps);
     let o = if probe.audio_codec.is_some() {
-        vec!["-c:a", "aac", "-b:a", &bitrate, "-ac", "2"]
+        // Stereo at 48 kHz whatever the source: what the DASH manifest declares.
+        vec!["-c:a", "aac", "-b:a", &bitrate, "-ac", "2", "-ar", "48000"]
     } else {
         vec!["-an"]
     };
