@@ -878,7 +878,8 @@ async fn a_unit_that_keeps_crashing_is_answered_after_its_retries() {
         .await;
     assert_eq!(completed(&responses).key, "after");
     assert!(worker.jobs().is_empty(), "{:?}", worker.jobs());
-    common::clean_and_well(&worker, 1);
+    // Two idle children: the one permit's and the parts lane's.
+    common::clean_and_well(&worker, 2);
 
     // Sent again (its unit no longer killed), the video is done: the failure forgotten, the
     // parts landed before it kept (each unit and the audio made once in all), the failed unit
@@ -897,6 +898,77 @@ async fn a_unit_that_keeps_crashing_is_answered_after_its_retries() {
         "{:?} does not say {at:?}",
         e.message
     );
+}
+
+/// A one-permit worker runs a long video's unit on a lane of its own beside its permit
+/// (`Settings::parts_lane`), at a lower CPU priority: a photo sent while its unit is stalled
+/// (SIGSTOP, a unit as long as one likes) is answered. On the worker's one permit, the photo
+/// would wait for the unit. Let go, the unit lands and the video completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_photo_does_not_wait_for_a_one_permit_workers_unit() {
+    let (stack, _dir, _source, mut env) = long_video_on_a_fleet("lane", 40).await;
+    env.insert(
+        "MEDIA_WORKER_PROFILES__STREAMING__UNITS_AFTER_SECS".into(),
+        "20".into(),
+    );
+    let worker = common::Worker::start(&env);
+    worker.ready().await;
+    let responses = stack.responses();
+    let mut req = common::request("lane", "long.mp4");
+    req.profile = Some("streaming".into());
+    stack.send(&req).await;
+    let fleet = std::slice::from_ref(&worker);
+    // The plan's child and the audio's are done: the next child at work is a unit's.
+    first_to_log(fleet, "the video's audio landed").await;
+    let idle = common::sandbox_ticks(&worker);
+    let pid = common::busy_sandbox(&worker, &idle, 30);
+    let unit = unit_at_work(&worker);
+    let stalled: Vec<i32> = std::iter::once(pid)
+        .chain(common::descendants_of(pid))
+        .collect();
+    let nice = |p: i32| -> i64 {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap();
+        let field = stat.rsplit(')').next().unwrap().split_whitespace().nth(16);
+        field.unwrap().parse().unwrap()
+    };
+    let worker_nice = nice(worker.pid());
+    for &p in &stalled {
+        // The unit's job process and its ffmpeg yield: 10 more (`job::runner::PART_NICE`).
+        assert_eq!(
+            nice(p),
+            (worker_nice + 10).min(19),
+            "{}",
+            common::cmdline(p)
+        );
+        // SAFETY: a signal to a process of this test's worker.
+        unsafe { libc::kill(p, libc::SIGSTOP) };
+    }
+    stack.upload_corpus("pillow_flower.jpg").await;
+    stack
+        .send(&common::request("photo", "pillow_flower.jpg"))
+        .await;
+    let photo = responses
+        .next(common::MINUTE)
+        .expect("the photo, answered beside the stalled unit");
+    assert_eq!(photo.key, "photo");
+    assert_eq!(
+        photo.body.status,
+        media_worker::contract::Status::Completed,
+        "{:?}",
+        photo.body.error
+    );
+    assert_eq!(unit_at_work(&worker), unit, "the unit still in hand");
+    for &p in &stalled {
+        // SAFETY: as above.
+        unsafe { libc::kill(p, libc::SIGCONT) };
+    }
+    assert_eq!(completed(&responses).key, "lane");
+    // After the response, the stitch marks the plan answered (a scratch of its own) and ends.
+    common::wait_for("the stitch's scratch removed", common::MINUTE, || {
+        let left = std::fs::read_dir(worker.scratch_dir()).ok()?.count();
+        (left == 0).then_some(())
+    });
+    common::clean_and_well(&worker, 2);
 }
 
 /// Playable before it is done (`early_playback`): once the first unit lands, the master

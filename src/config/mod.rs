@@ -175,14 +175,24 @@ impl Settings {
         }
     }
 
-    /// Native jobs at once in this pod: the Kafka pool (with intake) and the API's.
+    /// Native jobs at once in this pod: the Kafka pool (with intake) and its parts lane, and
+    /// the API's.
     pub fn native_slots(&self) -> usize {
         let kafka = if self.kafka.intake {
-            self.pool_size()
+            self.pool_size() + self.parts_lane()
         } else {
             0
         };
         (kafka + self.api_concurrency()).max(1)
+    }
+
+    /// Permits of a lane of their own for a long video's parts (its units and its audio): one
+    /// on a one-permit pod taking unit tasks, else none (they take the pool's, at most all but
+    /// one: `kafka::flow`). A part never holds a one-permit pod's only permit, so a request
+    /// does not wait for a part (a core for 10-20 s); the part runs beside it at a lower
+    /// priority (`job::runner::PART_NICE`), and alone at full speed.
+    pub fn parts_lane(&self) -> usize {
+        usize::from(self.kafka.intake && self.kafka.unit_topic().is_some() && self.pool_size() == 1)
     }
 
     /// What the media code needs for one input with `profile` (which must exist: requests

@@ -196,6 +196,12 @@ fn the_api_shares_the_cores_and_needs_tokens_off_loopback() {
     assert_eq!((s.api_concurrency(), s.native_slots()), (cores, cores));
     let s = on(&[("API_MAX_CONCURRENT", "3"), ("WORKER_POOL_SIZE", "2")]).unwrap();
     assert_eq!((s.api_concurrency(), s.pool_size()), (3, 2));
+    // A one-permit pod taking unit tasks runs them on a lane of their own beside its permit.
+    let units = |pool| on(&[("KAFKA_UNIT_TOPIC", "units"), ("WORKER_POOL_SIZE", pool)]).unwrap();
+    assert_eq!((units("1").parts_lane(), units("1").native_slots()), (1, 3));
+    assert_eq!((units("2").parts_lane(), units("2").native_slots()), (0, 3));
+    let no_units = on(&[("WORKER_POOL_SIZE", "1")]).unwrap();
+    assert_eq!((no_units.parts_lane(), no_units.native_slots()), (0, 2));
     let off = Settings::load_from(None, env(&[])).unwrap();
     assert_eq!((off.api_concurrency(), off.pool_size()), (0, cores));
 

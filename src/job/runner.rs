@@ -28,11 +28,19 @@ use super::role::{Answer, As, Handing};
 use super::services::Services;
 use crate::media::part::Part;
 
+/// The CPU priority a long video's parts (units, audio) run at, in their sandbox children: a
+/// request's work at 0 beside one gets 90 % of a contended core (CFS weights 1024 to 110), so
+/// an image waits little for a unit running beside it, and the unit still moves.
+pub const PART_NICE: i32 = 10;
+
 #[derive(Clone)]
 pub struct JobRunner {
     svc: Services,
     /// One permit per concurrent job (cores by default).
     pool: Arc<Semaphore>,
+    /// A one-permit pod's lane for a long video's parts (`Settings::parts_lane`): they take
+    /// its permit instead of the pool's.
+    parts: Option<Arc<Semaphore>>,
     /// Every attempt's native work stops when jobs are abandoned (`Shutdown::job`).
     shutdown: Shutdown,
     /// Where the native work runs.
@@ -55,8 +63,10 @@ impl JobRunner {
     pub fn new(svc: Services, shutdown: Shutdown) -> JobRunner {
         let size = svc.settings.pool_size();
         svc.metrics.pool_size.set(size as i64);
+        let lane = svc.settings.parts_lane();
         JobRunner {
             pool: Arc::new(Semaphore::new(size)),
+            parts: (lane > 0).then(|| Arc::new(Semaphore::new(lane))),
             shutdown,
             media: svc.media.clone(),
             svc,
@@ -81,6 +91,7 @@ impl JobRunner {
     ) -> JobRunner {
         JobRunner {
             pool: Arc::new(Semaphore::new(permits.max(1))),
+            parts: None,
             shutdown,
             media,
             svc,
@@ -660,13 +671,20 @@ impl JobRunner {
         // MEDIA_TIMEOUT_SECS, or what the media code announces once it knows (a video's limit
         // follows its duration).
         let limit = Duration::from_secs(svc.settings.worker.media_timeout_secs);
-        let work = Work::new(media_job, scratch, limit);
+        let mut work = Work::new(media_job, scratch, limit);
         // A pool permit is one core: held for the native work only, so downloads and uploads
         // overlap other jobs' CPU work (their number is bounded by the consumer's in-flight cap).
-        // The executor keeps it until the native work has really stopped.
+        // The executor keeps it until the native work has really stopped. A long video's part
+        // yields the cores to requests, and takes the parts lane's permit where there is one.
+        let pool = match role.part() {
+            Some(_) => {
+                work.nice = PART_NICE;
+                self.parts.as_ref().unwrap_or(&self.pool)
+            }
+            None => &self.pool,
+        };
         job.phase(Phase::Queued);
-        let permit = self
-            .pool
+        let permit = pool
             .clone()
             .acquire_owned()
             .await

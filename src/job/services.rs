@@ -48,9 +48,9 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
         tracing::warn!(removed, dir = %settings.worker.tmp_dir.display(), "swept scratch dirs left by a previous run");
     }
     let metrics = Arc::new(Metrics::new());
-    // The Kafka pool's children (the job API starts its own, see `api`).
+    // The Kafka pool's children and its parts lane's (the job API starts its own, see `api`).
     let kafka = if settings.kafka.intake {
-        settings.pool_size()
+        settings.pool_size() + settings.parts_lane()
     } else {
         0
     };

@@ -86,7 +86,7 @@ fn setup_fds(reply: OwnedFd) -> OwnedFd {
 fn confine_self(req: &Request, plan: &Plan) -> std::io::Result<()> {
     // SAFETY: setenv in a single-threaded process.
     unsafe { std::env::set_var("TMPDIR", &req.tmp_dir) };
-    confine::job_limits(req.cpu_secs, TASKS)?;
+    confine::job_limits(req.cpu_secs, TASKS, req.nice)?;
     // The OOM killer takes a decoder before the worker.
     let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
     if plan.layers.unprivileged {

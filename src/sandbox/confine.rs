@@ -56,8 +56,10 @@ fn set(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
 
 /// The limits of one job process, fresh from the fork: `cpu_secs` of CPU (`SIGXCPU`, then
 /// `SIGKILL` 5 s later: the hard limit too, so nothing it runs can raise it), and at most
-/// `tasks` more tasks of its uid than exist now (`RLIMIT_NPROC`, counted per uid).
-pub fn job_limits(cpu_secs: u64, tasks: u64) -> io::Result<()> {
+/// `tasks` more tasks of its uid than exist now (`RLIMIT_NPROC`, counted per uid), and `nice`
+/// more than its server's CPU priority (inherited by its threads and all it starts: it is
+/// still the process's one thread).
+pub fn job_limits(cpu_secs: u64, tasks: u64, nice: i32) -> io::Result<()> {
     let cpu = libc::rlimit {
         rlim_cur: cpu_secs,
         rlim_max: cpu_secs.saturating_add(5),
@@ -65,6 +67,20 @@ pub fn job_limits(cpu_secs: u64, tasks: u64) -> io::Result<()> {
     // SAFETY: setrlimit with a valid struct.
     if unsafe { libc::setrlimit(libc::RLIMIT_CPU, &cpu) } != 0 {
         return Err(io::Error::last_os_error());
+    }
+    if nice != 0 {
+        // SAFETY: getpriority and setpriority on the calling thread. getpriority may return
+        // -1 as a value: errno is cleared first and checked.
+        unsafe {
+            *libc::__errno_location() = 0;
+            let now = libc::getpriority(libc::PRIO_PROCESS, 0);
+            if now == -1 && *libc::__errno_location() != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::setpriority(libc::PRIO_PROCESS, 0, (now + nice).min(19)) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
     }
     set(libc::RLIMIT_NPROC, tasks + tasks_now())
 }

@@ -176,6 +176,7 @@ impl Pool {
             out_dir: work.out_dir.clone(),
             tmp_dir: work.tmp_dir.clone(),
             cpu_secs: cpu_backstop(work.max_limit),
+            nice: work.nice,
         };
         let mut line = serde_json::to_vec(&request).expect("requests serialise");
         line.push(b'\n');

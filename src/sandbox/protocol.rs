@@ -28,6 +28,8 @@ pub struct Request {
     pub tmp_dir: PathBuf,
     /// CPU seconds the job process may use (`RLIMIT_CPU`, a backstop behind the wall clock).
     pub cpu_secs: u64,
+    /// Added to the job process's CPU priority (`nice`): what yields the cores to other work.
+    pub nice: i32,
 }
 
 /// What a job process reports: events, then exactly one `Done`.

@@ -17,6 +17,8 @@ pub struct Work {
     pub limit: Duration,
     /// The most the work may announce: the worker's own figure for this job.
     pub max_limit: Duration,
+    /// Added to its CPU priority (`nice`) in a sandbox child; inline work ignores it.
+    pub nice: i32,
 }
 
 impl Work {
@@ -31,6 +33,7 @@ impl Work {
             tmp_dir: scratch.tmp_dir(),
             limit,
             max_limit,
+            nice: 0,
         }
     }
 }
