@@ -963,7 +963,9 @@ async fn a_photo_does_not_wait_for_a_one_permit_workers_unit() {
         unsafe { libc::kill(p, libc::SIGCONT) };
     }
     assert_eq!(completed(&responses).key, "lane");
-    // After the response, the stitch marks the plan answered (a scratch of its own) and ends.
+    // After the response, the stitch marks the plan answered (through a file in the scratch)
+    // and deletes the pieces, then ends.
+    first_to_log(fleet, "pieces deleted").await;
     common::wait_for("the stitch's scratch removed", common::MINUTE, || {
         let left = std::fs::read_dir(worker.scratch_dir()).ok()?.count();
         (left == 0).then_some(())
