@@ -300,7 +300,7 @@ pub struct VideoAnalysis {
     pub scan: Option<Box<ScanVerdict>>,
 }
 
-/// A source's loudness as EBU R128 measures it (ffmpeg's `loudnorm` measurement pass).
+/// A source's loudness as EBU R128 measures it (ffmpeg's `ebur128` meter).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Loudness {
     /// Integrated loudness, LUFS.
