@@ -62,8 +62,9 @@ impl JobRunner {
     /// The Kafka intake's runner: `pool_size` permits.
     pub fn new(svc: Services, shutdown: Shutdown) -> JobRunner {
         let size = svc.settings.pool_size();
-        svc.metrics.pool_size.set(size as i64);
         let lane = svc.settings.parts_lane();
+        // The lane's permit too: `pool_busy / pool_size` stays the share of permits in use.
+        svc.metrics.pool_size.set((size + lane) as i64);
         JobRunner {
             pool: Arc::new(Semaphore::new(size)),
             parts: (lane > 0).then(|| Arc::new(Semaphore::new(lane))),
