@@ -186,11 +186,12 @@ impl Settings {
         (kafka + self.api_concurrency()).max(1)
     }
 
-    /// Permits of a lane of their own for a long video's parts (its units and its audio): one
-    /// on a one-permit pod taking unit tasks, else none (they take the pool's, at most all but
-    /// one: `kafka::flow`). A part never holds a one-permit pod's only permit, so a request
-    /// does not wait for a part (a core for 10-20 s); the part runs beside it at a lower
-    /// priority (`job::runner::PART_NICE`), and alone at full speed.
+    /// Permits of a lane of their own for a long video's tasks (its units, its audio, its
+    /// stitch): one on a one-permit pod taking unit tasks, else none (they take the pool's, at
+    /// most all but one: `kafka::flow`). A task never holds a one-permit pod's only permit, so
+    /// a request does not wait for one (a core for 10-20 s); the task runs beside it at a lower
+    /// priority (`job::runner::PART_NICE`), and alone at full speed. The lane counts in the
+    /// memory cap's share (a child more may run), not in the threads' (it oversubscribes).
     pub fn parts_lane(&self) -> usize {
         usize::from(self.kafka.intake && self.kafka.unit_topic().is_some() && self.pool_size() == 1)
     }
@@ -222,12 +223,13 @@ impl Settings {
         (total.saturating_sub(PARENT_RESERVE) / self.native_slots() as u64).max(MIN_MEMORY_LIMIT)
     }
 
-    /// ffmpeg threads per video job (`video.threads`, or cores / pool size).
+    /// ffmpeg threads per video job (`video.threads`, or cores / permits, the parts lane's
+    /// aside).
     pub fn ffmpeg_threads(&self) -> usize {
         if self.video.threads > 0 {
             return self.video.threads;
         }
-        (cores() / self.native_slots()).max(1)
+        (cores() / (self.native_slots() - self.parts_lane()).max(1)).max(1)
     }
 
     /// Messages dispatched but unfinished before the consumer pauses.

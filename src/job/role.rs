@@ -47,6 +47,11 @@ pub enum As {
 }
 
 impl As {
+    /// A task of the unit topic (a part or the stitch), not a request.
+    pub fn is_task(&self) -> bool {
+        !matches!(self, As::Request)
+    }
+
     /// A part of a planned video (a unit or the audio): its plan, the plan's record, the bytes
     /// of the source it reads (empty: the whole file) and the key of its record.
     pub fn part(&self) -> Option<(&PlanRef, &PlanRecord, &[[u64; 2]], String)> {

@@ -28,10 +28,14 @@ use super::role::{Answer, As, Handing};
 use super::services::Services;
 use crate::media::part::Part;
 
-/// The CPU priority a long video's parts (units, audio) run at, in their sandbox children: a
-/// request's work at 0 beside one gets 90 % of a contended core (CFS weights 1024 to 110), so
-/// an image waits little for a unit running beside it, and the unit still moves.
+/// The CPU priority a long video's tasks (units, audio, stitch) run at, in their sandbox
+/// children: a request's work at 0 beside one gets 90 % of a contended core (CFS weights 1024
+/// to 110), so an image waits little for a unit running beside it, and the unit still moves.
 pub const PART_NICE: i32 = 10;
+
+/// How much longer a task on the parts lane may take than its time limits say: it shares its
+/// core with requests and gets a tenth of it while they keep coming.
+const LANE_SLACK: u64 = 4;
 
 #[derive(Clone)]
 pub struct JobRunner {
@@ -62,9 +66,8 @@ impl JobRunner {
     /// The Kafka intake's runner: `pool_size` permits.
     pub fn new(svc: Services, shutdown: Shutdown) -> JobRunner {
         let size = svc.settings.pool_size();
+        svc.metrics.pool_size.set(size as i64);
         let lane = svc.settings.parts_lane();
-        // The lane's permit too: `pool_busy / pool_size` stays the share of permits in use.
-        svc.metrics.pool_size.set((size + lane) as i64);
         JobRunner {
             pool: Arc::new(Semaphore::new(size)),
             parts: (lane > 0).then(|| Arc::new(Semaphore::new(lane))),
@@ -663,27 +666,30 @@ impl JobRunner {
     pub(super) async fn native(
         &self,
         job: &JobHandle,
-        media_job: crate::media::MediaJob,
+        mut media_job: crate::media::MediaJob,
         scratch: &ScratchDir,
         cancel: &CancellationToken,
         role: &As,
     ) -> Result<Option<crate::media::MediaOutput>, Failure> {
         let svc = &self.svc;
+        // A pool permit is one core: held for the native work only, so downloads and uploads
+        // overlap other jobs' CPU work (their number is bounded by the consumer's in-flight cap).
+        // The executor keeps it until the native work has really stopped. A long video's task
+        // (a part, the stitch) yields the cores to requests, and takes the parts lane's permit
+        // where there is one: there it shares a core with requests, so its time limits stretch.
+        let lane = self.parts.as_ref().filter(|_| role.is_task());
+        if lane.is_some() {
+            media_job.video.timeout_base_secs *= LANE_SLACK;
+            media_job.video.timeout_per_second *= LANE_SLACK as f64;
+        }
         // MEDIA_TIMEOUT_SECS, or what the media code announces once it knows (a video's limit
         // follows its duration).
         let limit = Duration::from_secs(svc.settings.worker.media_timeout_secs);
         let mut work = Work::new(media_job, scratch, limit);
-        // A pool permit is one core: held for the native work only, so downloads and uploads
-        // overlap other jobs' CPU work (their number is bounded by the consumer's in-flight cap).
-        // The executor keeps it until the native work has really stopped. A long video's part
-        // yields the cores to requests, and takes the parts lane's permit where there is one.
-        let pool = match role.part() {
-            Some(_) => {
-                work.nice = PART_NICE;
-                self.parts.as_ref().unwrap_or(&self.pool)
-            }
-            None => &self.pool,
-        };
+        if role.is_task() {
+            work.nice = PART_NICE;
+        }
+        let pool = lane.unwrap_or(&self.pool);
         job.phase(Phase::Queued);
         let permit = pool
             .clone()

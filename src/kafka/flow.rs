@@ -8,11 +8,11 @@
 //! the rest of the bound stays open to requests. A fanned-out video queues dozens of units on
 //! every member; taken like requests, they would fill every permit and the permit queue, and
 //! an image sent meanwhile would wait behind minutes of units. Capped, a pod with two or more
-//! permits always has one free for a request, and a one-permit pod's one unit runs on a lane
-//! of its own beside that permit (`Settings::parts_lane`): an image never waits for a unit
-//! (with one permit, it waited for the unit in hand, 15-30 s at 1080p: 38x its idle p95).
-//! A part's work runs at a lower CPU priority (`job::runner::PART_NICE`), so a request beside
-//! it gets most of a contended core. Units are not starved either: they take their slots
+//! permits always has one free for a request, and a one-permit pod's one unit-topic task runs
+//! on a lane of its own beside that permit (`Settings::parts_lane`): an image never waits for
+//! a unit (with one permit, it waited for the unit in hand, 15-30 s at 1080p: 38x its idle
+//! p95). Those tasks run at a lower CPU priority (`job::runner::PART_NICE`), so a request
+//! beside one gets most of a contended core. Units are not starved either: they take their slots
 //! whatever the request load.
 
 use std::time::{Duration, Instant};

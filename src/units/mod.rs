@@ -28,8 +28,10 @@
 //!    the part), encodes its range (`Part::Unit`), stores its pieces, then its record, then
 //!    publishes a progress event of the request (units landed of the plan's; with
 //!    `early_playback`, the growing playlist extended first: `job::early`). At most one less
-//!    than the pool's permits of a pod's in-flight places go to unit-topic tasks, so requests
-//!    keep flowing beside a long video (`kafka::flow`). A part with a record is not made again
+//!    than the pool's permits of a pod's in-flight places go to unit-topic tasks (a one-permit
+//!    pod runs its one on a lane of its own beside its permit), and parts run at a lower CPU
+//!    priority, so requests keep flowing beside a long video (`kafka::flow`,
+//!    `Settings::parts_lane`). A part with a record is not made again
 //!    (checked before it starts and once it holds its permit). A part that fails for good
 //!    records the failure, and parts not started yet are skipped; a request sent again after
 //!    that failure forgets it and keeps the landed parts.
