@@ -19,10 +19,11 @@
 //!   cargo bench --bench units [-- --minutes 10 --unit-segments 1,2 --workers 1,2]
 //!
 //! This machine's speed drifts (a virtual machine's shared cores), so figures taken one after
-//! the other can differ by more than what they compare: `--paired [--once]` runs the one run
-//! and the units side by side, one on each core (see [`paired`]); `--clip FILE` takes a clip
-//! made before; `--time-units 0,74` times single units; `--first-playable` times when the clip
-//! and its first minute first play on a pod of two cores (see [`first_playable`]).
+//! the other can differ by more than what they compare: `--paired [--once [--swapped]]` runs
+//! the one run and the units side by side, one on each core (see [`paired`]); `--clip FILE`
+//! takes a clip made before; `--time-units 0,74` times single units; `--first-playable` times
+//! when the clip and its first minute first play on a pod of two cores (see
+//! [`first_playable`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -294,11 +295,13 @@ fn time_units(job: &mut MediaJob, input: &Path, dir: &Path, which: &[u32]) {
 fn paired(job: &mut MediaJob, input: &Path, dir: &Path, minutes: u32) {
     job.profile.unit_segments = arg("--unit-segments", "2").parse().unwrap();
     let mut ratios = Vec::new();
-    // `--once`: one order only (a 10-minute clip takes about 25 minutes an order).
-    let orders = if std::env::args().any(|a| a == "--once") {
-        &[(1, 0)][..]
-    } else {
-        &[(1, 0), (0, 1)][..]
+    // `--once`: one order only (a 10-minute clip takes about 15 minutes an order); with
+    // `--swapped`, the other one.
+    let has = |flag: &str| std::env::args().any(|a| a == flag);
+    let orders = match (has("--once"), has("--swapped")) {
+        (true, false) => &[(1, 0)][..],
+        (true, true) => &[(0, 1)][..],
+        _ => &[(1, 0), (0, 1)][..],
     };
     for &(one_core, units_core) in orders {
         let one_dir = dir.join(format!("one-{one_core}"));

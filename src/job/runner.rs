@@ -42,7 +42,7 @@ pub struct JobRunner {
     svc: Services,
     /// One permit per concurrent job (cores by default).
     pool: Arc<Semaphore>,
-    /// A one-permit pod's lane for a long video's parts (`Settings::parts_lane`): they take
+    /// A one-permit pod's lane for a long video's tasks (`Settings::parts_lane`): they take
     /// its permit instead of the pool's.
     parts: Option<Arc<Semaphore>>,
     /// Every attempt's native work stops when jobs are abandoned (`Shutdown::job`).
