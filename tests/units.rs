@@ -314,6 +314,32 @@ async fn long_video_on_a_fleet(
     (stack, dir, source, env)
 }
 
+/// One worker (a pool of one) on [`long_video_on_a_fleet`]'s stack, videos past 20 s planned
+/// as units, with `extra` settings; and the video's request under `streaming`, keyed `group`,
+/// not sent yet.
+async fn one_worker_on_a_long_video(
+    group: &str,
+    secs: u32,
+    extra: &[(&str, &str)],
+) -> (
+    common::Stack,
+    tempfile::TempDir,
+    std::collections::HashMap<String, String>,
+    common::Worker,
+    media_worker::contract::OptimizeRequest,
+) {
+    let (stack, dir, _source, mut env) = long_video_on_a_fleet(group, secs).await;
+    let units_after = ("MEDIA_WORKER_PROFILES__STREAMING__UNITS_AFTER_SECS", "20");
+    for (k, v) in std::iter::once(&units_after).chain(extra) {
+        env.insert((*k).into(), (*v).into());
+    }
+    let worker = common::Worker::start(&env);
+    worker.ready().await;
+    let mut req = common::request(group, "long.mp4");
+    req.profile = Some("streaming".into());
+    (stack, dir, env, worker, req)
+}
+
 /// The source bytes the workers whose `logs` these are downloaded: whole sources and units'
 /// parts of one.
 fn source_bytes(logs: &[String]) -> u64 {
@@ -777,17 +803,9 @@ fn logged(log: &str, message: &str) -> Vec<serde_json::Value> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_unit_that_keeps_crashing_is_answered_after_its_retries() {
     use media_worker::contract::{ErrorCode, Stage, Status};
-    let (stack, _dir, _source, mut env) = long_video_on_a_fleet("crashing", 40).await;
-    env.insert(
-        "MEDIA_WORKER_PROFILES__STREAMING__UNITS_AFTER_SECS".into(),
-        "20".into(),
-    );
+    let (stack, _dir, env, worker, req) = one_worker_on_a_long_video("crashing", 40, &[]).await;
     let unit_topic = env["KAFKA_UNIT_TOPIC"].clone();
-    let worker = common::Worker::start(&env);
-    worker.ready().await;
     let responses = stack.responses();
-    let mut req = common::request("crashing", "long.mp4");
-    req.profile = Some("streaming".into());
     stack.send(&req).await;
     let fleet = std::slice::from_ref(&worker);
     first_to_log(fleet, "video planned as units").await;
@@ -906,16 +924,8 @@ async fn a_unit_that_keeps_crashing_is_answered_after_its_retries() {
 /// would wait for the unit. Let go, the unit lands and the video completes.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_photo_does_not_wait_for_a_one_permit_workers_unit() {
-    let (stack, _dir, _source, mut env) = long_video_on_a_fleet("lane", 40).await;
-    env.insert(
-        "MEDIA_WORKER_PROFILES__STREAMING__UNITS_AFTER_SECS".into(),
-        "20".into(),
-    );
-    let worker = common::Worker::start(&env);
-    worker.ready().await;
+    let (stack, _dir, _env, worker, req) = one_worker_on_a_long_video("lane", 40, &[]).await;
     let responses = stack.responses();
-    let mut req = common::request("lane", "long.mp4");
-    req.profile = Some("streaming".into());
     stack.send(&req).await;
     let fleet = std::slice::from_ref(&worker);
     // The plan's child and the audio's are done: the next child at work is a unit's.
@@ -979,21 +989,10 @@ async fn a_photo_does_not_wait_for_a_one_permit_workers_unit() {
 /// and the master the whole ladder.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_long_video_plays_before_it_is_done() {
-    let (stack, dir, _source, mut env) = long_video_on_a_fleet("early", 64).await;
+    let early = [("MEDIA_WORKER_PROFILES__STREAMING__EARLY_PLAYBACK", "true")];
+    let (stack, dir, env, _worker, req) = one_worker_on_a_long_video("early", 64, &early).await;
     let progress_topic = env["KAFKA_PROGRESS_TOPIC"].clone();
-    env.insert(
-        "MEDIA_WORKER_PROFILES__STREAMING__UNITS_AFTER_SECS".into(),
-        "20".into(),
-    );
-    env.insert(
-        "MEDIA_WORKER_PROFILES__STREAMING__EARLY_PLAYBACK".into(),
-        "true".into(),
-    );
-    let worker = common::Worker::start(&env);
-    worker.ready().await;
     let responses = stack.responses();
-    let mut req = common::request("early", "long.mp4");
-    req.profile = Some("streaming".into());
     let sent = std::time::SystemTime::now();
     stack.send(&req).await;
 
