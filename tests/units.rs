@@ -1089,6 +1089,27 @@ fn made(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
     out
 }
 
+/// The time of the first frame ffmpeg decodes of `source` when it seeks to `secs` (to the
+/// keyframe at or before it, by its index) without trimming the frames before.
+fn first_frame_after_seek(source: &Path, secs: f64) -> f64 {
+    let out = run(Command::new("ffmpeg")
+        .args([
+            "-v",
+            "error",
+            "-copyts",
+            "-start_at_zero",
+            "-noaccurate_seek",
+        ])
+        .args(["-ss", &secs.to_string(), "-i"])
+        .arg(source)
+        .args(["-map", "0:v", "-frames:v", "1", "-f", "framemd5", "-"]));
+    let line = out.lines().find(|l| !l.starts_with('#')).unwrap();
+    let pts: f64 = line.split(',').nth(2).unwrap().trim().parse().unwrap();
+    let tb = out.lines().find_map(|l| l.strip_prefix("#tb 0: ")).unwrap();
+    let (num, den) = tb.split_once('/').unwrap();
+    pts * num.parse::<f64>().unwrap() / den.parse::<f64>().unwrap()
+}
+
 /// `source` as units of 4 s (past 10 s) against one run: both complete, with the same files,
 /// every MP4 rung with the same frames as the one run's (decoded with `-xerror`), presented in
 /// increasing order, and the same audio playlist; the frames per rung.
@@ -1117,8 +1138,8 @@ fn units_match_one_run(dir: &Path, source: &Path) -> u64 {
 
 /// Sources a camera or an editor makes that a unit must still cut right: 30 s between
 /// keyframes (every unit decodes from far before it), open GOPs (B-frames across keyframes),
-/// variable frame rate (the ladder's constant rate decides the frames), no audio, and audio
-/// longer than the video.
+/// variable frame rate (the ladder's constant rate decides the frames), no audio, audio
+/// longer than the video, and an MP4 whose seek lands past the keyframe a unit needs.
 #[test]
 fn awkward_sources_cut_into_units_as_one_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -1210,7 +1231,38 @@ fn awkward_sources_cut_into_units_as_one_run() {
         ]
         .concat(),
     );
+    // Every frame after the first shown a frame later: ffmpeg's seek in this MP4's index
+    // lands on the keyframe after the one a unit needs (seen below), so each unit's first run
+    // comes out a frame short and is made again from its pre-roll.
+    let plain = made(
+        d,
+        "plain.mp4",
+        &[
+            &["-f", "lavfi", "-i", &video(24)][..],
+            &x264,
+            &["-bf", "2", "-g", "30"],
+        ]
+        .concat(),
+    );
+    let late_seek = made(
+        d,
+        "late-seek.mp4",
+        &[
+            "-i",
+            plain.to_str().unwrap(),
+            "-c",
+            "copy",
+            "-bsf:v",
+            "setts=pts=if(eq(N\\,0)\\,PTS\\,PTS+DURATION)",
+        ],
+    );
+    let landed = first_frame_after_seek(&late_seek, 8.0);
+    assert!(
+        (landed - (8.0 + 1.0 / 30.0)).abs() < 1e-3,
+        "landed at {landed} s"
+    );
     for (source, frames) in [
+        (&late_seek, 24 * 30),
         (&long_gop, 64 * 30),
         (&open_gop, 40 * 30),
         (&no_audio, 30 * 30),

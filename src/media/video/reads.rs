@@ -9,8 +9,9 @@
 //!   ([`for_audio`], named by the plan; the whole file past [`MAX_AUDIO_RANGES`]): it measures
 //!   the loudness and encodes the audio over the whole program.
 //! - **A unit** ([`ranges`]): its ffmpeg opens the container (its header and index), seeks to
-//!   the keyframe before its range (`-ss`, a second before its first frame) and reads the video
-//!   packets from there to its end; the probes read the header and the first packets.
+//!   the keyframe before its range (`-ss`) and reads the video packets from there to its end
+//!   (the ranges start from the keyframe a second before its first frame: the farthest back a
+//!   unit seeks, see `units::exact_seek`); the probes read the header and the first packets.
 //!
 //! Those bytes are found from the packets themselves (one ffprobe pass over the index, nothing
 //! decoded): the container's own bytes are what lies outside every packet, a part's are the

@@ -90,10 +90,6 @@ pub struct Outputs<'a> {
     pub first_candidate: usize,
 }
 
-/// How many seconds before a unit's first frame its decode starts: the `fps` filter sees the
-/// frames before that slot, so it picks the frame a one-run encode picks for it.
-const PREROLL_SECS: f64 = 1.0;
-
 /// A unit's part of the video: its frames on the stream's constant-rate timeline
 /// (`[first_slot, end_slot)`, the frame in slot `n` shown at `n / rate`) and the source time
 /// they stand for, each end half a frame early, as the `fps` filter rounds a source frame to
@@ -107,6 +103,9 @@ pub struct Span {
     /// Its first segment's number: its segments keep the names a one-run encode gives them.
     pub first_segment: u32,
     pub segments: u32,
+    /// Where its run seeks to (`-ss`): ffmpeg decodes from the keyframe at or before it and
+    /// gives every frame to the filters, whose trims cut the span (chosen by `units`).
+    pub seek_secs: f64,
 }
 
 impl Span {
@@ -282,11 +281,6 @@ pub fn filter_graph(probe: &VideoProbe, outputs: &Outputs) -> String {
         .join(";")
 }
 
-/// Where a unit's run seeks to (`-ss`): [`PREROLL_SECS`] before its first frame.
-pub fn seek_secs(span: &Span) -> f64 {
-    (span.start_secs - PREROLL_SECS).max(0.0)
-}
-
 /// ffmpeg's arguments for one run writing `outputs`, progress reports on stdout.
 pub fn args(
     settings: &VideoSettings,
@@ -306,9 +300,20 @@ pub fn args(
     ext(&mut a, &["-threads", &t]);
     if let Some(span) = outputs.span {
         // The run's timestamps are the video's own (from 0 as in a one-run encode), so that
-        // the segments of consecutive units follow one another.
-        let from = format!("{:.6}", seek_secs(&span));
-        ext(&mut a, &["-copyts", "-start_at_zero", "-ss", &from]);
+        // the segments of consecutive units follow one another. No trim at the seek point:
+        // the filters' own trims cut the span, and the `fps` filter must see the frame before
+        // its first slot.
+        let from = format!("{:.6}", span.seek_secs);
+        ext(
+            &mut a,
+            &[
+                "-copyts",
+                "-start_at_zero",
+                "-noaccurate_seek",
+                "-ss",
+                &from,
+            ],
+        );
     }
     a.extend(super::ffprobe::input_args(probe.demuxer, input));
     if !graph.is_empty() {

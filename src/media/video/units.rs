@@ -6,11 +6,12 @@
 //!   encoded at (the frame in slot `n` shown at `n / rate`), with [`super::plan`]: consecutive
 //!   units tile the frames exactly, and unit `i`'s segments keep the numbers a one-run encode
 //!   gives them.
-//! - [`encode`]: a unit decodes its range only (from a second before, see `transcode::Span`)
-//!   and encodes every rung with a keyframe and a closed GOP on its first frame and on each of
-//!   its segments' first frames, exactly its frames, cut into CMAF segments whose timestamps are
-//!   the video's own; it also writes its storyboard tiles and the poster candidates in its
-//!   range. A rung's init segment is the same from every unit (the same encoder settings).
+//! - [`encode`]: a unit decodes its range only (from the keyframe at or before its first
+//!   frame in an MP4, from a second before otherwise: see `exact_seek`) and encodes every rung
+//!   with a keyframe and a closed GOP on its first frame and on each of its segments' first
+//!   frames, exactly its frames, cut into CMAF segments whose timestamps are the video's own;
+//!   it also writes its storyboard tiles and the poster candidates in its range. A rung's init
+//!   segment is the same from every unit (the same encoder settings).
 //! - [`audio`]: the audio, loudness measured and normalised over the whole program, encoded
 //!   once (no priming gap at a unit edge).
 //! - [`stitch`]: every rung's playlist from its units' measured segments (bandwidths over the
@@ -78,17 +79,25 @@ fn rate(job: &MediaJob, probe: &VideoProbe) -> (u32, u32) {
     stream::rational(Streaming::new(job.profile.segment_secs, probe).frame_rate)
 }
 
+/// Seconds before a unit's span that its decode starts from when its container's seek may land
+/// late: the `fps` filter must see the frame it shows in the unit's first slot, which on a
+/// variable-rate source can come long before that slot.
+const PREROLL_SECS: f64 = 1.0;
+
 impl Unit {
+    /// Its span, its run seeking [`PREROLL_SECS`] before it (see [`exact_seek`]).
     fn span(&self, rate: (u32, u32)) -> Span {
         let secs = |slot: i64| (slot as f64 - 0.5) * rate.1 as f64 / rate.0 as f64;
+        let start_secs = secs(self.first_slot).max(0.0);
         Span {
             first_slot: self.first_slot,
             end_slot: self.end_slot,
-            start_secs: secs(self.first_slot).max(0.0),
+            start_secs,
             end_secs: self.end_slot.map(secs),
             first_segment: self.first_segment,
             // The last unit may hold a frame past the planned end: one more segment start.
             segments: self.segments + self.end_slot.is_none() as u32,
+            seek_secs: (start_secs - PREROLL_SECS).max(0.0),
         }
     }
 
@@ -156,16 +165,15 @@ fn encode_range(
     let rate = rate(job, probe);
     let span = unit.span(rate);
     let rungs = transcode::plan(&profile.renditions, probe);
-    let stream = Streaming::new(profile.segment_secs, probe);
     let board = profile
         .storyboard
         .as_ref()
         .and_then(|s| storyboard::plan(s, probe));
     let (frames, first_candidate) = candidates(job, probe, &span);
-    let outputs = transcode::Outputs {
+    let mut outputs = transcode::Outputs {
         rungs: &rungs,
         progressive: false,
-        stream: Some(stream),
+        stream: Some(Streaming::new(profile.segment_secs, probe)),
         storyboard: board.as_ref(),
         audio_filter: None,
         frames: &frames,
@@ -173,17 +181,96 @@ fn encode_range(
         span: Some(span),
         first_candidate,
     };
+    if let Some(seek_secs) = exact_seek(unit, &span, rate, &outputs, probe, input) {
+        outputs.span = Some(Span { seek_secs, ..span });
+        let out = encode_span(job, probe, input, out_dir, unit, &outputs, ctl)?;
+        if has_its_frames(&out, unit, rate) {
+            return Ok(out);
+        }
+        tracing::warn!(
+            unit = unit.index,
+            seek_secs,
+            "the unit's seek landed past its first frame: made again from its pre-roll"
+        );
+        // The second run writes every file the first did (no more segments, and frames
+        // from earlier), under the same names; the folder may hold other units' files.
+        outputs.span = Some(span);
+    }
+    encode_span(job, probe, input, out_dir, unit, &outputs, ctl)
+}
+
+/// Where a unit's run seeks when its container seeks exactly, or `None` (from
+/// [`PREROLL_SECS`] before it). An MP4 with one index (`reads::ranged`) lands on the keyframe at
+/// or before the time asked, by presentation time. The run then seeks to just before the end of
+/// its first slot's window: the frame the `fps` filter shows in that slot is the last one before
+/// that end, so it is decoded, and a unit that starts on a keyframe (a camera's every second,
+/// or a one-run encode's segment) decodes nothing before its span. A storyboard tile or poster
+/// candidate whose time is in that window moves the seek back to that time (they take the
+/// frames at and after it).
+///
+/// Not for the last unit: its frames cannot be counted against the plan (`has_its_frames`),
+/// which is what makes a seek that lands late (a decode-time index) cost a second run, never a
+/// wrong answer.
+fn exact_seek(
+    unit: &Unit,
+    span: &Span,
+    rate: (u32, u32),
+    outputs: &transcode::Outputs,
+    probe: &VideoProbe,
+    input: &Path,
+) -> Option<f64> {
+    if unit.end_slot.is_none() || !reads::ranged(probe.demuxer, input) {
+        return None;
+    }
+    let window_end = (unit.first_slot as f64 + 0.5) * rate.1 as f64 / rate.0 as f64 - 1e-6;
+    let tiles = outputs.storyboard.into_iter().flat_map(|b| {
+        b.tiles_in(span.start_secs, Some(window_end))
+            .map(|k| (b.interval * k).as_secs_f64())
+    });
+    let candidates = outputs.frames.iter().map(|t| t.as_secs_f64());
+    Some(
+        tiles
+            .chain(candidates)
+            .filter(|&t| t < window_end)
+            .fold(window_end, f64::min),
+    )
+}
+
+/// Whether a unit before the last came out with its planned frames: each rung's segments last
+/// its slots, to half a frame.
+fn has_its_frames(out: &UnitOutput, unit: &Unit, rate: (u32, u32)) -> bool {
+    let Some(end) = unit.end_slot else {
+        return true;
+    };
+    let frame = rate.1 as f64 / rate.0 as f64;
+    let planned = (end - unit.first_slot) as f64 * frame;
+    out.tracks
+        .iter()
+        .all(|t| (t.seconds() - planned).abs() < frame / 2.0)
+}
+
+/// Encodes a unit's `outputs` (its span) and reads back what it made.
+fn encode_span(
+    job: &MediaJob,
+    probe: &VideoProbe,
+    input: &Path,
+    out_dir: &Path,
+    unit: &Unit,
+    outputs: &transcode::Outputs,
+    ctl: &mut Control,
+) -> Result<UnitOutput, MediaFailure> {
+    let (rungs, stream) = (outputs.rungs, outputs.stream.expect("a unit streams"));
     std::fs::create_dir_all(out_dir.join(PIECES)).map_err(|e| at(Stage::Transform)(e.into()))?;
-    let seconds = unit.segments as f64 * profile.segment_secs as f64;
+    let seconds = unit.segments as f64 * job.profile.segment_secs as f64;
     let limit = unit_time_limit(job, seconds, rungs.len());
     // ffmpeg's progress times are not the unit's with `-copyts` (they count from the first
     // timestamp of any output): the media time encoded is told once the unit is done.
-    let reported = encode(job, probe, input, &outputs, limit, out_dir, ctl, &mut || {})?;
+    let reported = encode(job, probe, input, outputs, limit, out_dir, ctl, &mut || {})?;
     let mut out = UnitOutput {
         tracks: Vec::new(),
         files: Vec::new(),
     };
-    for r in &rungs {
+    for r in rungs {
         let size = transcode::output_size(probe, r.height);
         let id = TrackId::Video(r.height);
         let first = unit.first_segment;
@@ -641,7 +728,7 @@ fn with_reads(
         .map(|u| {
             let span = u.span(rate);
             reads::Window {
-                seek_secs: transcode::seek_secs(&span),
+                seek_secs: span.seek_secs,
                 end_secs: span.end_secs,
             }
         })
