@@ -1275,3 +1275,66 @@ fn awkward_sources_cut_into_units_as_one_run() {
     let each = d.join("vfr");
     assert!(units_match_one_run(&each, &vfr) > 0);
 }
+
+/// A plan's stitch task twice on the unit topic, taken at once by a worker of four permits
+/// (three unit-topic tasks at a time), as when two parts land at the same moment or a part's
+/// task is redelivered after its record. Here the worker that has the first stitch in hand is
+/// killed (`kill -9`) before it answers, and a copy of the task is sent meanwhile: the next
+/// worker finds both. The request is answered once: a pod takes a plan's stitches one at a
+/// time (`units::Stitches`), and the second finds the plan answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stitch_sent_twice_answers_once() {
+    use rdkafka::producer::FutureRecord;
+    let (stack, _dir, mut env, mut first, req) = one_worker_on_a_long_video("twice", 30, &[]).await;
+    let unit_topic = env["KAFKA_UNIT_TOPIC"].clone();
+    let responses = stack.responses();
+    stack.send(&req).await;
+    let keys = keys_once(&stack, "", |k| k.iter().any(|k| k.ends_with("/plan.json"))).await;
+    let prefix = keys
+        .iter()
+        .find_map(|k| k.strip_suffix("plan.json"))
+        .unwrap();
+    let plan = prefix.trim_end_matches('/').rsplit('/').next().unwrap();
+    // The stitch at work (on `/jobs` under the plan's id): it downloads the pieces and runs
+    // ffmpeg, seconds, and is killed well before it answers.
+    common::wait_until("the stitch at work", 3 * common::MINUTE, || {
+        let jobs = first.jobs();
+        jobs.iter().any(|j| j["request_id"] == plan).then_some(())
+    })
+    .await;
+    first.kill9();
+    assert_eq!(stack.response_count(), 0, "answered before it was killed");
+    let task = serde_json::json!({
+        "plan": { "bucket": common::OUTPUT_BUCKET, "prefix": prefix },
+        "unit": null,
+    })
+    .to_string();
+    stack
+        .producer()
+        .send(
+            FutureRecord::to(&unit_topic).key(plan).payload(&task),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    env.insert("WORKER_POOL_SIZE".into(), "4".into());
+    let second = common::Worker::start(&env);
+    second.ready().await;
+    assert_eq!(
+        completed_within(&responses, 3 * common::MINUTE).key,
+        "twice"
+    );
+    // Every task of the unit topic done (a stitch is acknowledged once it answered, or found
+    // the plan answered): one response, and the second stitch waited for the first.
+    common::wait_until("the unit topic's tasks done", common::MINUTE, || {
+        (stack.uncommitted(&unit_topic, "twice", 6) == 0).then_some(())
+    })
+    .await;
+    assert_eq!(stack.response_count(), 1);
+    let log = second.log();
+    assert!(
+        log.contains("a stitch of this plan is in hand here: taken after it"),
+        "{log}"
+    );
+    assert!(!logged(&log, "already answered").is_empty(), "{log}");
+}

@@ -179,14 +179,30 @@ impl JobRunner {
     /// The plan's response is published: a later stitch task publishes nothing; once the video
     /// is done, the pieces (as large as the outputs) are deleted; the plan and its records
     /// stay, small.
-    pub async fn mark_answered(&self, plan: &PlanRef, completed: bool) {
+    ///
+    /// The mark is written whatever it takes (a stitch of the plan after this one would answer
+    /// again without it), until the job is abandoned at shutdown: `false` then, and the task is
+    /// left unacknowledged.
+    pub async fn mark_answered(&self, plan: &PlanRef, completed: bool) -> bool {
         let svc = self.services();
         let storage = &*svc.storage;
         let scratch = &svc.settings.worker.tmp_dir;
-        if let Err(e) = store::write(storage, plan, plan.answered_key(), &true, scratch).await {
-            tracing::warn!(plan = plan.id(), error = %e, "could not mark the plan answered");
-            return;
+        let give_up = self.cancel_token();
+        while let Err(e) = store::write(storage, plan, plan.answered_key(), &true, scratch).await {
+            tracing::warn!(plan = plan.id(), error = %e,
+                "could not mark the plan answered; trying again");
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                _ = give_up.cancelled() => return false,
+            }
         }
+        self.after_answered(plan, completed).await;
+        true
+    }
+
+    /// A plan answered: its early stream ended and, the video done, its pieces deleted.
+    async fn after_answered(&self, plan: &PlanRef, completed: bool) {
+        let storage = &*self.services().storage;
         self.end_early(plan, completed).await;
         // After a failure the landed units' pieces are kept: the request sent again uses them.
         if !completed {

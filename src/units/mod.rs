@@ -42,10 +42,12 @@
 //!    every output (`Part::Stitch`: playlists, MPD, MP4s assembled without encoding, storyboard,
 //!    poster), uploads them under the keys a one-run encode uses, writes the manifest and
 //!    publishes the request's one response; then it marks the plan answered, so a later stitch
-//!    task (two last units recorded at once) publishes nothing, ends the early stream (closed,
-//!    or deleted after a failure), and, the video done, deletes the pieces. Two stitch tasks
-//!    running at the same moment can both answer: at least once, like every response of this
-//!    worker.
+//!    task (two last units recorded at once, or a part's task redelivered) publishes nothing,
+//!    ends the early stream (closed, or deleted after a failure), and, the video done, deletes
+//!    the pieces. A plan's stitch tasks share its key, so its partition and its pod, which
+//!    takes them one at a time ([`Stitches`]): the second waits for the first's response and
+//!    mark, then finds the plan answered. Only across a rebalance whose drain ran out could two
+//!    pods stitch at once and both answer (at least once, like every response of this worker).
 //!
 //! **Who waits: nobody.** No task waits for another: the request ends once its tasks are
 //! sent, a unit or the audio once it is recorded, and the stitch only starts when every record is there.
@@ -57,6 +59,9 @@
 //! for good, which answers the request).
 
 pub mod store;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -99,6 +104,11 @@ impl Task {
         }
     }
 
+    /// The stitch: neither a unit nor the audio.
+    pub fn is_stitch(&self) -> bool {
+        self.unit.is_none() && !self.audio
+    }
+
     /// `{plan_id}/{index}`: one video's units over many partitions; `{plan_id}/audio`; the
     /// stitch `{plan_id}`.
     pub fn key(&self) -> String {
@@ -106,6 +116,62 @@ impl Task {
             (Some(i), _) => format!("{}/{i}", self.plan.id()),
             (None, true) => format!("{}/audio", self.plan.id()),
             (None, false) => self.plan.id().to_owned(),
+        }
+    }
+}
+
+/// The stitches in hand on this pod, by plan: a plan's stitch tasks share its key, so its
+/// partition, so its pod (but across a rebalance); taken one at a time there, each after the
+/// first finds the plan answered. Two parts landing at once, or a part's task redelivered
+/// after its record, send a plan's stitch more than once, and a pod of three or more permits
+/// takes two unit-topic tasks at once.
+#[derive(Default)]
+pub struct Stitches(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+/// A plan's stitch held on this pod (see [`Stitches`]), let go when dropped.
+pub struct Stitching<'a> {
+    stitches: &'a Stitches,
+    plan: String,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Stitches {
+    /// Holds `plan`'s stitch, once the one in hand (if any) is done.
+    pub async fn hold(&self, plan: &str) -> Stitching<'_> {
+        let lock = {
+            let mut held = self.0.lock().expect("not poisoned");
+            held.entry(plan.to_owned()).or_default().clone()
+        };
+        // Made before the wait, so that a wait given up (at shutdown) forgets the plan too.
+        let mut held = Stitching {
+            stitches: self,
+            plan: plan.to_owned(),
+            guard: None,
+        };
+        held.guard = Some(match lock.clone().try_lock_owned() {
+            Ok(g) => g,
+            Err(_) => {
+                tracing::info!(
+                    plan,
+                    "a stitch of this plan is in hand here: taken after it"
+                );
+                lock.lock_owned().await
+            }
+        });
+        held
+    }
+}
+
+impl Drop for Stitching<'_> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        let mut held = self.stitches.0.lock().expect("not poisoned");
+        // The last holder or waiter gone (only the map's handle left): forgotten.
+        if held
+            .get(&self.plan)
+            .is_some_and(|l| Arc::strong_count(l) == 1)
+        {
+            held.remove(&self.plan);
         }
     }
 }
@@ -153,5 +219,22 @@ mod tests {
             serde_json::from_str::<Task>(stitch).unwrap(),
             Task::stitch(&plan)
         );
+    }
+
+    #[tokio::test]
+    async fn a_plans_stitches_are_held_one_at_a_time_and_then_forgotten() {
+        let stitches = Stitches::default();
+        let first = stitches.hold("a").await;
+        // Another plan's stitch is not held up.
+        drop(stitches.hold("b").await);
+        let mut second = Box::pin(stitches.hold("a"));
+        tokio::select! {
+            biased;
+            _ = &mut second => panic!("a plan's stitch held twice at once"),
+            _ = async {} => {}
+        }
+        drop(first);
+        drop(second.await);
+        assert!(stitches.0.lock().unwrap().is_empty());
     }
 }

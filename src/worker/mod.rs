@@ -71,6 +71,7 @@ impl Intake {
             acker,
             shutdown: shutdown.clone(),
             progress,
+            stitches: Default::default(),
         });
         Ok((Intake { source, ctx }, deliveries))
     }

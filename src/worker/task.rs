@@ -12,7 +12,7 @@ use crate::kafka::{Acker, Delivery, Publisher};
 use crate::shutdown::Shutdown;
 use crate::stages::{publish, validate};
 use crate::telemetry::{self, Origin, traces};
-use crate::units::Task;
+use crate::units::{Stitches, Task};
 
 use super::progress::{Follower, Progress};
 
@@ -24,6 +24,8 @@ pub(super) struct Ctx {
     pub shutdown: Shutdown,
     /// Where long jobs report progress; `None` when progress events are off.
     pub progress: Option<Arc<Progress>>,
+    /// A plan's stitch tasks, one at a time.
+    pub stitches: Stitches,
 }
 
 /// The message in its `media.process_event` span (which continues the producer's trace).
@@ -141,6 +143,16 @@ async fn unit_task(d: Delivery, ctx: Arc<Ctx>) {
             return ctx.acker.finished(d.token);
         }
     };
+    // Held to its response published and the plan marked answered, so that a second stitch
+    // task of the plan finds it answered.
+    let _stitching = if task.is_stitch() {
+        tokio::select! {
+            s = ctx.stitches.hold(task.plan.id()) => Some(s),
+            _ = ctx.shutdown.abandoned() => return,
+        }
+    } else {
+        None
+    };
     let started = Instant::now();
     let label = task.key();
     let job = svc.registry.start(&label, task.plan.id());
@@ -160,10 +172,12 @@ async fn unit_task(d: Delivery, ctx: Arc<Ctx>) {
         }
         TaskEnd::Nothing => return ctx.acker.finished(d.token),
     };
-    if publish_response(&ctx, &d, &response, Some(&job), started).await {
-        ctx.runner
+    if publish_response(&ctx, &d, &response, Some(&job), started).await
+        && ctx
+            .runner
             .mark_answered(&task.plan, response.error.is_none())
-            .await;
+            .await
+    {
         ctx.acker.finished(d.token);
     }
 }

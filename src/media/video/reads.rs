@@ -89,7 +89,7 @@ fn top_level_boxes(input: &Path) -> std::io::Result<Vec<[u8; 4]>> {
     let mut f = std::fs::File::open(input)?;
     let size = f.metadata()?.len();
     let (mut at, mut types) = (0u64, Vec::new());
-    while at + 8 <= size && types.len() < 100_000 {
+    while size.saturating_sub(at) >= 8 && types.len() < 100_000 {
         let mut head = [0u8; 16];
         f.seek(SeekFrom::Start(at))?;
         f.read_exact(&mut head[..8])?;
@@ -106,7 +106,8 @@ fn top_level_boxes(input: &Path) -> std::io::Result<Vec<[u8; 4]>> {
             return Err(std::io::Error::other("a box shorter than its header"));
         }
         types.push(kind);
-        at += len;
+        // A length past the end (a truncated file, or a crafted one) ends the walk.
+        at = at.saturating_add(len);
     }
     Ok(types)
 }

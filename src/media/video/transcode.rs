@@ -271,6 +271,15 @@ pub fn filter_graph(probe: &VideoProbe, outputs: &Outputs) -> String {
             to_sdr(probe)
         ));
     }
+    if outputs.span.is_some() && !heads.is_empty() {
+        // The time of the first frame decoded, in microseconds: where the seek landed.
+        heads.push("[l]".to_owned());
+        chains.push(format!(
+            "[l]trim=end_frame=1,settb=AVTB,metadata=mode=add:key=landed:value=1,\
+             metadata=mode=print:file={},nullsink",
+            landed_file(outputs.frame_dir).display()
+        ));
+    }
     if heads.is_empty() {
         return String::new();
     }
@@ -279,6 +288,22 @@ pub fn filter_graph(probe: &VideoProbe, outputs: &Outputs) -> String {
         .chain(chains)
         .collect::<Vec<_>>()
         .join(";")
+}
+
+/// Where a unit's run writes the time of the first frame it decoded (ffmpeg's `metadata`
+/// print, `pts:` in microseconds).
+pub fn landed_file(frame_dir: &Path) -> PathBuf {
+    frame_dir.join("landed.txt")
+}
+
+/// Where a unit's run landed: the time of the first frame it decoded, in microseconds, from
+/// [`landed_file`]'s text.
+pub fn landed_micros(printed: &str) -> Option<i64> {
+    let line = printed.lines().find(|l| l.starts_with("frame:"))?;
+    let pts = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("pts:"))?;
+    pts.parse().ok()
 }
 
 /// ffmpeg's arguments for one run writing `outputs`, progress reports on stdout.
@@ -568,6 +593,19 @@ mod tests {
         crate::media::settings::defaults::job("default")
             .profile
             .renditions
+    }
+
+    #[test]
+    fn where_a_run_landed_is_read_from_the_metadata_print() {
+        // As ffmpeg 5.1's `metadata=mode=print` writes it, `pts` left-aligned in 7 columns.
+        let printed = "frame:0    pts:16000000 pts_time:16\nlanded=1\n";
+        assert_eq!(landed_micros(printed), Some(16_000_000));
+        assert_eq!(
+            landed_micros("frame:0    pts:0       pts_time:0\nlanded=1\n"),
+            Some(0)
+        );
+        // Nothing decoded: nothing printed.
+        assert_eq!(landed_micros(""), None);
     }
 
     #[test]

@@ -6,12 +6,13 @@
 //!   encoded at (the frame in slot `n` shown at `n / rate`), with [`super::plan`]: consecutive
 //!   units tile the frames exactly, and unit `i`'s segments keep the numbers a one-run encode
 //!   gives them.
-//! - [`encode`]: a unit decodes its range only (from the keyframe at or before its first
-//!   frame in an MP4, from a second before otherwise: see `exact_seek`) and encodes every rung
-//!   with a keyframe and a closed GOP on its first frame and on each of its segments' first
-//!   frames, exactly its frames, cut into CMAF segments whose timestamps are the video's own;
-//!   it also writes its storyboard tiles and the poster candidates in its range. A rung's init
-//!   segment is the same from every unit (the same encoder settings).
+//! - [`encode`]: a unit decodes its range only (in an MP4 with one index, from the keyframe at
+//!   or before its first frame, checked; otherwise from a second before: see `exact_seek`)
+//!   and encodes every rung with a keyframe and a closed GOP on its first frame and on each
+//!   of its segments' first frames, exactly its frames, cut into CMAF segments whose
+//!   timestamps are the video's own; it also writes its storyboard tiles and the poster
+//!   candidates in its range. A rung's init segment is the same from every unit (the same
+//!   encoder settings).
 //! - [`audio`]: the audio, loudness measured and normalised over the whole program, encoded
 //!   once (no priming gap at a unit edge).
 //! - [`stitch`]: every rung's playlist from its units' measured segments (bandwidths over the
@@ -79,9 +80,10 @@ fn rate(job: &MediaJob, probe: &VideoProbe) -> (u32, u32) {
     stream::rational(Streaming::new(job.profile.segment_secs, probe).frame_rate)
 }
 
-/// Seconds before a unit's span that its decode starts from when its container's seek may land
-/// late: the `fps` filter must see the frame it shows in the unit's first slot, which on a
-/// variable-rate source can come long before that slot.
+/// Seconds before a unit's span that its run seeks to when its container's seek is not the
+/// one [`exact_seek`] relies on (Matroska, MPEG-TS, a fragmented MP4, whose seek lands by
+/// decode time: a keyframe's reordering late), or did not hold: a margin for a seek that lands
+/// late.
 const PREROLL_SECS: f64 = 1.0;
 
 impl Unit {
@@ -183,14 +185,22 @@ fn encode_range(
     };
     if let Some(seek_secs) = exact_seek(unit, &span, rate, &outputs, probe, input) {
         outputs.span = Some(Span { seek_secs, ..span });
-        let out = encode_span(job, probe, input, out_dir, unit, &outputs, ctl)?;
-        if has_its_frames(&out, unit, rate) {
-            return Ok(out);
-        }
+        let why = match encode_span(job, probe, input, out_dir, unit, &outputs, ctl) {
+            Ok(out) => match landed_late(out_dir, seek_secs) {
+                None if has_its_frames(&out, unit, rate) => return Ok(out),
+                None => "its frames short".to_owned(),
+                Some(why) => why,
+            },
+            // Decoding from that keyframe may fail where from an earlier one it would not
+            // (a sync sample that is not one).
+            Err(f) if is_input(&f.error) && !ctl.cancel.is_cancelled() => f.error.to_string(),
+            Err(f) => return Err(f),
+        };
         tracing::warn!(
             unit = unit.index,
             seek_secs,
-            "the unit's seek landed past its first frame: made again from its pre-roll"
+            why,
+            "the unit's exact seek did not hold: made again from its pre-roll"
         );
         // The second run writes every file the first did (no more segments, and frames
         // from earlier), under the same names; the folder may hold other units' files.
@@ -199,18 +209,39 @@ fn encode_range(
     encode_span(job, probe, input, out_dir, unit, &outputs, ctl)
 }
 
-/// Where a unit's run seeks when its container seeks exactly, or `None` (from
-/// [`PREROLL_SECS`] before it). An MP4 with one index (`reads::ranged`) lands on the keyframe at
-/// or before the time asked, by presentation time. The run then seeks to just before the end of
-/// its first slot's window: the frame the `fps` filter shows in that slot is the last one before
-/// that end, so it is decoded, and a unit that starts on a keyframe (a camera's every second,
-/// or a one-run encode's segment) decodes nothing before its span. A storyboard tile or poster
-/// candidate whose time is in that window moves the seek back to that time (they take the
-/// frames at and after it).
+/// Why a unit's run landed past the time it sought (see [`exact_seek`]), or `None`.
+fn landed_late(out_dir: &Path, seek_secs: f64) -> Option<String> {
+    let printed = std::fs::read_to_string(out_dir.join(transcode::landed_file(Path::new(PIECES))));
+    let Some(landed) = printed.ok().as_deref().and_then(transcode::landed_micros) else {
+        return Some("where its seek landed is unknown".to_owned());
+    };
+    // As ffmpeg reads `-ss`: whole microseconds.
+    let sought = (seek_secs * 1e6).round() as i64;
+    (landed > sought).then(|| format!("landed at {landed} µs, after {sought} µs"))
+}
+
+/// A failure of the source's bytes, which an earlier start may avoid.
+fn is_input(e: &MediaError) -> bool {
+    matches!(e, MediaError::Corrupt(_) | MediaError::Transform(_))
+}
+
+/// Where a unit's run seeks in an MP4 with one index (`reads::ranged`), or `None` (from
+/// [`PREROLL_SECS`] before it). ffmpeg decodes from the keyframe its seek lands on and gives
+/// the filters every frame from there (`-noaccurate_seek`), so a unit needs that keyframe to be
+/// at or before:
+/// - the frame its first slot shows: the `fps` filter shows there the last frame before the
+///   slot's window ends (half a frame after the slot's time); the seek asks for a quarter frame
+///   after it, so that a keyframe on the slot (a camera's every second, a one-run encode's
+///   segment) is the one;
+/// - a storyboard tile's or poster candidate's time in the first slot's window: a tile takes
+///   the last frame at or before its time, a candidate the first at or after.
 ///
-/// Not for the last unit: its frames cannot be counted against the plan (`has_its_frames`),
-/// which is what makes a seek that lands late (a decode-time index) cost a second run, never a
-/// wrong answer.
+/// The mov demuxer seeks in its decode-time index shifted by the first frame's offset, so it
+/// lands on the keyframe at or before the time asked when every keyframe's offset is the first
+/// frame's (as encoders write them), and may land later otherwise. The run writes where it
+/// landed (`transcode::landed_file`), checked against the time asked, and a unit before the last
+/// is checked to have its frames ([`has_its_frames`]): a seek that lands late costs a second
+/// run from the pre-roll, never a wrong answer.
 fn exact_seek(
     unit: &Unit,
     span: &Span,
@@ -219,21 +250,16 @@ fn exact_seek(
     probe: &VideoProbe,
     input: &Path,
 ) -> Option<f64> {
-    if unit.end_slot.is_none() || !reads::ranged(probe.demuxer, input) {
+    if !reads::ranged(probe.demuxer, input) {
         return None;
     }
-    let window_end = (unit.first_slot as f64 + 0.5) * rate.1 as f64 / rate.0 as f64 - 1e-6;
+    let on_slot = (unit.first_slot as f64 + 0.25) * rate.1 as f64 / rate.0 as f64;
     let tiles = outputs.storyboard.into_iter().flat_map(|b| {
-        b.tiles_in(span.start_secs, Some(window_end))
+        b.tiles_in(span.start_secs, Some(on_slot))
             .map(|k| (b.interval * k).as_secs_f64())
     });
     let candidates = outputs.frames.iter().map(|t| t.as_secs_f64());
-    Some(
-        tiles
-            .chain(candidates)
-            .filter(|&t| t < window_end)
-            .fold(window_end, f64::min),
-    )
+    Some(tiles.chain(candidates).fold(on_slot, f64::min))
 }
 
 /// Whether a unit before the last came out with its planned frames: each rung's segments last
