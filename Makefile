@@ -124,6 +124,7 @@ bench: setup-test sharp
 	cargo bench --bench video -- --rounds 3
 	cargo bench --bench streaming -- --rounds 3
 	cargo bench --bench units -- --minutes 10
+	cargo bench --bench units -- --minutes 10 --keyframe-secs 1 --paired
 	cargo bench --bench fairness -- --workers 2 --images 20
 	cargo bench --bench dispatch -- --messages 20000 --ids 50
 	cargo bench --bench dispatch -- --messages 20000 --ids 50 --broker kafka

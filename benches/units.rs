@@ -21,7 +21,8 @@
 //! This machine's speed drifts (a virtual machine's shared cores), so figures taken one after
 //! the other can differ by more than what they compare: `--paired [--once [--swapped]]` runs
 //! the one run and the units side by side, one on each core (see [`paired`]); `--clip FILE`
-//! takes a clip made before; `--time-units 0,74` times single units; `--first-playable` times
+//! takes a clip made before, `--keyframe-secs 1` makes one with a keyframe every second (as
+//! phones and cameras write them; x264 places them up to 250 frames apart otherwise); `--time-units 0,74` times single units; `--first-playable` times
 //! when the clip and its first minute first play on a pod of two cores (see
 //! [`first_playable`]).
 
@@ -355,7 +356,11 @@ fn main() {
     media::init(1);
     let dir = tempfile::tempdir().unwrap();
     let clip: PathBuf = match arg("--clip", "").as_str() {
-        "" => synthetic::camera_like_video(dir.path(), minutes * 60, 1920, 1080),
+        "" => {
+            let keyframe_secs = Some(arg("--keyframe-secs", "")).filter(|k| !k.is_empty());
+            let keyframe_secs = keyframe_secs.map(|k| k.parse().unwrap());
+            synthetic::camera_like_video_keyed(dir.path(), minutes * 60, 1920, 1080, keyframe_secs)
+        }
         path => PathBuf::from(path),
     };
     let settings = Settings::load_from(None, Vec::new()).unwrap();

@@ -14,9 +14,27 @@ pub fn synthetic_video(dir: &Path, secs: u32, w: u32, h: u32) -> PathBuf {
 /// A test pattern encoded as a phone records: 30 fps, H.264 High with CABAC and B-frames at
 /// 12 Mbit/s for 1080p (in proportion to the pixels below, at least 2 Mbit/s), AAC. Its decode
 /// costs what a real upload's does (the `ultrafast` clips of [`synthetic_video`] decode several
-/// times cheaper).
+/// times cheaper). Keyframes as x264 places them (at most 250 frames apart).
 pub fn camera_like_video(dir: &Path, secs: u32, w: u32, h: u32) -> PathBuf {
-    let out = dir.join(format!("camera-like-{secs}s-{w}x{h}.mp4"));
+    camera_like_video_keyed(dir, secs, w, h, None)
+}
+
+/// [`camera_like_video`] with a keyframe every `keyframe_secs` seconds, as phones and cameras
+/// write them (every second, most of them), when given.
+pub fn camera_like_video_keyed(
+    dir: &Path,
+    secs: u32,
+    w: u32,
+    h: u32,
+    keyframe_secs: Option<u32>,
+) -> PathBuf {
+    let keyed = keyframe_secs.map_or(String::new(), |k| format!("-key{k}s"));
+    let out = dir.join(format!("camera-like-{secs}s-{w}x{h}{keyed}.mp4"));
+    let gop = keyframe_secs.map(|k| (k * 30).to_string());
+    let gop: Vec<&str> = gop
+        .iter()
+        .flat_map(|g| ["-g", g, "-keyint_min", g])
+        .collect();
     let h264 = [
         "-preset",
         "veryfast",
@@ -32,7 +50,14 @@ pub fn camera_like_video(dir: &Path, secs: u32, w: u32, h: u32) -> PathBuf {
         format!("{}k", kbps * 2),
     ];
     let rate = ["-b:v", &rate[0], "-maxrate", &rate[1], "-bufsize", &rate[2]];
-    lavfi_video(&out, secs, w, h, 30, &[&h264[..], &rate[..]].concat());
+    lavfi_video(
+        &out,
+        secs,
+        w,
+        h,
+        30,
+        &[&h264[..], &rate[..], &gop[..]].concat(),
+    );
     out
 }
 
