@@ -183,7 +183,7 @@ fn encode_range(
         span: Some(span),
         first_candidate,
     };
-    if let Some(seek_secs) = exact_seek(unit, &span, rate, &outputs, probe, input) {
+    if let Some(seek_secs) = exact_seek(unit, rate, &outputs, probe, input) {
         outputs.span = Some(Span { seek_secs, ..span });
         let why = match encode_span(job, probe, input, out_dir, unit, &outputs, ctl) {
             Ok(out) => match landed_late(out_dir, seek_secs) {
@@ -244,12 +244,12 @@ fn is_input(e: &MediaError) -> bool {
 /// run from the pre-roll, never a wrong answer.
 fn exact_seek(
     unit: &Unit,
-    span: &Span,
     rate: (u32, u32),
     outputs: &transcode::Outputs,
     probe: &VideoProbe,
     input: &Path,
 ) -> Option<f64> {
+    let span = outputs.span?;
     if !reads::ranged(probe.demuxer, input) {
         return None;
     }
