@@ -108,8 +108,9 @@ impl JobRunner {
         &self.svc
     }
 
+    /// Where a long video's units go, while they can go there.
     pub(super) fn dispatch(&self) -> Option<&Arc<dyn crate::units::Dispatch>> {
-        self.dispatch.as_ref()
+        self.dispatch.as_ref().filter(|d| d.available())
     }
 
     /// A token for [`JobRunner::run_until`]: cancelled by the caller, or when jobs are
@@ -565,7 +566,7 @@ impl JobRunner {
         };
         let mut media_job = svc.settings.media_job(profile, req.media_type);
         media_job.part = match role {
-            As::Request if self.dispatch.is_some() => Part::Plan,
+            As::Request if self.dispatch().is_some() => Part::Plan,
             As::Unit { unit, .. } => Part::Unit(unit.clone()),
             As::Audio { .. } => Part::Audio,
             _ => Part::Whole,

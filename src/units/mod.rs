@@ -111,6 +111,18 @@ impl Task {
 
     /// `{plan_id}/{index}`: one video's units over many partitions; `{plan_id}/audio`; the
     /// stitch `{plan_id}`.
+    /// The task's place among the plan's parts, for spreading them over the unit topic's
+    /// partitions in turn (the audio 0, unit `i` at `i + 1`): a key's hash put 30 units 18 and
+    /// 12 on two members as often as not, and the one with 18 set the video's time. The stitch
+    /// goes by its key (all of a plan's stitches to one partition, see [`Stitches`]).
+    pub fn spread(&self) -> Option<u32> {
+        match (self.unit, self.audio) {
+            (Some(i), _) => Some(i + 1),
+            (None, true) => Some(0),
+            (None, false) => None,
+        }
+    }
+
     pub fn key(&self) -> String {
         match (self.unit, self.audio) {
             (Some(i), _) => format!("{}/{i}", self.plan.id()),
@@ -180,6 +192,12 @@ impl Drop for Stitching<'_> {
 #[async_trait]
 pub trait Dispatch: Send + Sync {
     async fn send(&self, task: &Task) -> Result<(), String>;
+
+    /// Whether tasks can be sent now (the unit topic exists); when not, a long video is
+    /// encoded by the worker that takes it, as without a unit topic.
+    fn available(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
