@@ -1,7 +1,8 @@
 //! A long video through the whole fleet: a plan of units, each unit a short job of its own on
 //! any worker, and one stitch. The media side (what a plan, a unit and the stitch make) is
 //! `media::video::units`; this room is the protocol, which rides on storage records and a Kafka
-//! topic of its own (`kafka.unit_topic`), consumed by the same workers in the same group.
+//! topic of its own (`kafka.unit_topic`), consumed by the same workers in a group of its own
+//! (`kafka.unit_group_id`: every member gets a share of the units whatever the assignor).
 //!
 //! 1. **Plan.** The worker that takes a request for a video longer than the profile's
 //!    `units_after_secs` runs its media job as `Part::Plan`: probe, plan (the units, the bytes
@@ -10,9 +11,10 @@
 //!    `Part::Index` names the rest (the first packets; `media::video::reads`). It stores the
 //!    plan ([`store`], under a key derived from the source version and the profile's
 //!    fingerprint), then sends to the unit topic a task for the audio and one per unit that has
-//!    no record yet, keyed `{plan_id}/audio` and `{plan_id}/{index}` so that they spread over
-//!    the partitions. Then its request is done: its offset commits with no response yet. The
-//!    plan and the tasks are durable before that commit, so a crash before it redelivers the
+//!    no record yet, keyed `{plan_id}/audio` and `{plan_id}/{index}` and sent to the partitions
+//!    in turn ([`Task::spread`]), so that they spread evenly over the group's members. Then its
+//!    request is done: its offset commits with no response yet. The plan and the tasks are
+//!    durable before that commit, so a crash before it redelivers the
 //!    request, which finds the same plan and re-issues only the parts without a record.
 //! 2. **Audio.** A task like a unit (below), sent first: loudness measured over the whole
 //!    program, then the audio encoded and normalised once (`Part::Audio`, from the audio's
