@@ -253,11 +253,6 @@ impl Admission {
         Ok(source_bytes.saturating_mul(2).min(room))
     }
 
-    /// Scratch reserved now by the jobs running.
-    pub fn reserved(&self) -> u64 {
-        *self.reserved.lock().unwrap()
-    }
-
     /// Takes `need` bytes now if they fit.
     pub fn try_reserve(self: &std::sync::Arc<Self>, need: u64) -> Option<Reservation> {
         let mut reserved = self.reserved.lock().unwrap();
