@@ -193,10 +193,8 @@ async fn run(protocol: &str, workers: usize, clip: &Path, until_playable: bool) 
             .map(|(_, _, at)| (at - sent_ms) as f64 / 1000.0)
     };
     let (wall, first_playable) = if until_playable {
-        let first = common::wait_until("first playable", 10 * common::MINUTE, || {
-            playable(&stack)
-        })
-        .await;
+        let first =
+            common::wait_until("first playable", 10 * common::MINUTE, || playable(&stack)).await;
         (None, first)
     } else {
         let r = tokio::task::block_in_place(|| responses.next(Duration::from_secs(3600)))

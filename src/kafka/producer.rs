@@ -418,7 +418,8 @@ impl BestEffort {
 
 /// A long video's unit tasks (`kafka.unit_topic`): each acknowledged by the broker before `send`
 /// returns, with the responses' durability (idempotent, all replicas). Parts go to the topic's
-/// partitions in turn (`Task::spread`), so that the unit group's members get equal shares.
+/// partitions the caller chooses (`units::Task::place`), so that the unit group's members get
+/// equal shares.
 /// The topic is never created by sending to it (a broker with `auto.create.topics.enable`
 /// would make it with its default partition count): [`TaskSender::check`] asks whether it
 /// exists and how many partitions it has.
@@ -470,18 +471,19 @@ impl TaskSender {
         self.partitions.load(Ordering::Relaxed) != 0
     }
 
-    /// One task, acknowledged by the broker (or failed) within 30 s; to partition `spread`
-    /// modulo the topic's count when given and the count is known, else by its key.
+    /// One task, acknowledged by the broker (or failed) within 30 s; to the partition
+    /// `partition` picks among the topic's count when given and the count is known, else by
+    /// its key.
     pub async fn send(
         &self,
         key: &str,
-        spread: Option<u32>,
+        partition: Option<impl FnOnce(u32) -> u32>,
         payload: &[u8],
     ) -> Result<(), KafkaError> {
         let mut record = FutureRecord::to(&self.topic).key(key).payload(payload);
         let partitions = self.partitions.load(Ordering::Relaxed);
-        if let Some(n) = spread.filter(|_| partitions > 0) {
-            record = record.partition((n % partitions as u32) as i32);
+        if let Some(pick) = partition.filter(|_| partitions > 0) {
+            record = record.partition(pick(partitions as u32) as i32);
         }
         self.producer
             .send(record, Timeout::After(Duration::from_secs(30)))

@@ -161,7 +161,8 @@ struct UnitTasks(Arc<TaskSender>);
 impl crate::units::Dispatch for UnitTasks {
     async fn send(&self, task: &crate::units::Task) -> Result<(), String> {
         let payload = serde_json::to_vec(task).expect("tasks serialise");
-        let sent = self.0.send(&task.key(), task.spread(), &payload).await;
+        let partition = task.place().map(|p| move |n| p.among(n));
+        let sent = self.0.send(&task.key(), partition, &payload).await;
         sent.map_err(|e| e.to_string())
     }
 
