@@ -850,7 +850,7 @@ async fn a_unit_that_keeps_crashing_is_answered_after_its_retries() {
     // Every task of the unit topic (the units and the stitch) taken and committed: none is
     // left to be encoded or to answer again.
     common::wait_until("every unit task taken", common::MINUTE, || {
-        (stack.uncommitted(&unit_topic, "crashing", 6) == 0).then_some(())
+        (stack.uncommitted_units(&unit_topic, "crashing", 6) == 0).then_some(())
     })
     .await;
     // Each try died; the unit failed once, and no unit but those landed before it was
@@ -1327,7 +1327,7 @@ async fn a_stitch_sent_twice_answers_once() {
     // Every task of the unit topic done (a stitch is acknowledged once it answered, or found
     // the plan answered): one response, and the second stitch waited for the first.
     common::wait_until("the unit topic's tasks done", common::MINUTE, || {
-        (stack.uncommitted(&unit_topic, "twice", 6) == 0).then_some(())
+        (stack.uncommitted_units(&unit_topic, "twice", 6) == 0).then_some(())
     })
     .await;
     assert_eq!(stack.response_count(), 1);
