@@ -434,16 +434,7 @@ async fn first_to_log(workers: &[common::Worker], text: &str) -> usize {
 async fn a_long_video_is_encoded_by_the_fleet_and_answered_once() {
     let (stack, dir, source, env) = long_video_on_a_fleet("units", 180).await;
     let progress_topic = env["KAFKA_PROGRESS_TOPIC"].clone();
-    let mut workers: Vec<common::Worker> = (0..3)
-        .map(|i| {
-            let mut env = env.clone();
-            env.insert("WORKER_ID".into(), format!("worker-{i}"));
-            common::Worker::start(&env)
-        })
-        .collect();
-    for w in &workers {
-        w.ready().await;
-    }
+    let mut workers = common::Worker::fleet(&env, 3).await;
     let responses = stack.responses();
     let mut req = common::request("long", "long.mp4");
     req.profile = Some("streaming".into());
@@ -1139,16 +1130,7 @@ async fn a_long_video_plays_on_its_audios_opening_before_the_whole_audio_is_done
     ] {
         env.insert(k.into(), v.into());
     }
-    let fleet: Vec<common::Worker> = (0..2)
-        .map(|i| {
-            let mut env = env.clone();
-            env.insert("WORKER_ID".into(), format!("worker-{i}"));
-            common::Worker::start(&env)
-        })
-        .collect();
-    for w in &fleet {
-        w.ready().await;
-    }
+    let fleet = common::Worker::fleet(&env, 2).await;
     // The unit partitions settled: the audio's (the last) and unit 0's on two members.
     let holder = |p: i64| {
         fleet.iter().position(|w| {
