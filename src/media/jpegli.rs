@@ -21,7 +21,9 @@ use jpegli_sys::{
     jpegli_error_mgr,
 };
 
-use super::vips::BASELINE_JPEG_MAX_WIDTH;
+/// Narrower JPEGs are baseline: progressive scans save about 4 % of bytes but cost about 15 %
+/// more CPU per encode, and a small image gains nothing from drawing progressively.
+pub const BASELINE_JPEG_MAX_WIDTH: u32 = 640;
 
 /// A failure of the encoder (its message), or an image it does not take.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -150,9 +150,6 @@ const HEIF_COMPRESSION_AV1: c_int = 4;
 /// bytes than sharp at a better score; 5 makes 1.8 % fewer for 13 % more encoding CPU; 6 costs
 /// three times the CPU of 4.
 pub const WEBP_EFFORT: u8 = 5;
-/// Narrower JPEGs are baseline: progressive scans save about 4 % of bytes but cost about 15 %
-/// more CPU per encode, and a small image gains nothing from drawing progressively.
-pub const BASELINE_JPEG_MAX_WIDTH: u32 = 640;
 /// libvips' largest coordinate: "no limit" for the height of a width-constrained thumbnail.
 const MAX_COORD: c_int = 10_000_000;
 const G_LOG_LEVEL_WARNING: c_int = 1 << 4;
@@ -782,7 +779,8 @@ impl Image {
         std::fs::write(path, bytes).map_err(|e| VipsError(format!("{}: {e}", path.display())))
     }
 
-    /// JPEG through jpegli ([`super::jpegli`]): progressive above [`BASELINE_JPEG_MAX_WIDTH`].
+    /// JPEG through jpegli ([`super::jpegli`]): progressive above
+    /// [`super::jpegli::BASELINE_JPEG_MAX_WIDTH`].
     /// The pixels are libvips' 8-bit sRGB; any other image is converted first (alpha composited
     /// on white, as JPEG outputs are).
     fn encode_jpeg(&self, quality: u8) -> Result<Vec<u8>> {
