@@ -558,10 +558,14 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../shared/corpus")
             .join(name);
-        let gray =
-            opencv::imgcodecs::imread(path.to_str().unwrap(), opencv::imgcodecs::IMREAD_GRAYSCALE)
-                .unwrap();
-        (cfg, gray)
+        // Decoded by libvips and made grey as a job does (`opaque_fit`, `Rgb::gray`).
+        crate::media::init(1);
+        let img = crate::media::vips::Image::open(&path)
+            .and_then(|i| i.to_srgb8()?.into_memory())
+            .unwrap();
+        let side = img.width().max(img.height()) as i32;
+        let rgb = opaque_fit(img.width(), img.height(), img.pixels().unwrap(), side).unwrap();
+        (cfg, rgb.rgb().gray().unwrap())
     }
 
     #[test]
