@@ -1,5 +1,6 @@
 // Links our small FFI layers (src/media/vips.rs, webpmux.rs) against the system libvips and
-// libwebpmux via pkg-config, and records the source revision for `media_worker_build_info`.
+// libwebpmux via pkg-config, and records the source revision and build profile for
+// `media_worker_build_info`.
 fn main() {
     // MEDIA_WORKER_REVISION at build time (an image build without .git), else git's HEAD.
     println!("cargo:rerun-if-env-changed=MEDIA_WORKER_REVISION");
@@ -17,6 +18,11 @@ fn main() {
     println!(
         "cargo:rustc-env=MEDIA_WORKER_REVISION={}",
         revision.unwrap_or_else(|| "unknown".to_owned())
+    );
+    // "release" (benches too: their profile inherits it) or "debug" (tests).
+    println!(
+        "cargo:rustc-env=MEDIA_WORKER_PROFILE={}",
+        std::env::var("PROFILE").unwrap_or_else(|_| "unknown".to_owned())
     );
     pkg_config::Config::new()
         .atleast_version("8.12")
