@@ -591,9 +591,13 @@ fn image_files(image: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// A shared object by its name: `lib.so`, `lib.so.6`, `lib.so.1.2.3` (not `ld.so.conf`).
 fn is_library(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap();
-    name.ends_with(".so") || name.contains(".so.")
+    name.split_once(".so").is_some_and(|(_, version)| {
+        version.is_empty()
+            || version.starts_with('.') && version.chars().all(|c| c == '.' || c.is_ascii_digit())
+    })
 }
 
 /// Files mapped by the processes under `tini` (the container's), sampled until `done` is set:
