@@ -558,14 +558,25 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../shared/corpus")
             .join(name);
-        // Decoded by libvips and made grey as a job does (`opaque_fit`, `Rgb::gray`).
+        // Decoded by libvips, its colours made grey as `Rgb::gray` does (any alpha ignored, as
+        // OpenCV's own reader did).
         crate::media::init(1);
         let img = crate::media::vips::Image::open(&path)
             .and_then(|i| i.to_srgb8()?.into_memory())
             .unwrap();
-        let side = img.width().max(img.height()) as i32;
-        let rgb = opaque_fit(img.width(), img.height(), img.pixels().unwrap(), side).unwrap();
-        (cfg, rgb.rgb().gray().unwrap())
+        let bands = img.bands() as usize;
+        let rgb: Vec<u8> = (img.pixels().unwrap().chunks_exact(bands))
+            .flat_map(|p| [p[0], p[1], p[2]])
+            .collect();
+        let (width, height) = (img.width(), img.height());
+        let gray = Rgb {
+            width,
+            height,
+            data: &rgb,
+        }
+        .gray()
+        .unwrap();
+        (cfg, gray)
     }
 
     #[test]
