@@ -25,7 +25,7 @@ use util::{arg, corpus_photos, proc_cpu_seconds};
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-use common::container::{Container, docker_ok};
+use common::container::{Container, docker_ok, image_label};
 
 /// One side's totals over the counted rounds.
 #[derive(Default)]
@@ -87,15 +87,7 @@ fn main() {
         .output()
         .unwrap();
     let sha = String::from_utf8_lossy(&sha.stdout);
-    let label = |k: &str| {
-        docker_ok(&[
-            "image",
-            "inspect",
-            "-f",
-            &format!("{{{{index .Config.Labels \"{k}\"}}}}"),
-            &image,
-        ])
-    };
+    let label = |k: &str| image_label(&image, k);
     let same = sha.starts_with(&label("media-worker.binary-sha256"));
     println!(
         "{image}: {} build, revision {}, {} MB; host: {host_bin} ({})",

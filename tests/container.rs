@@ -268,13 +268,7 @@ async fn a_compromised_decoder_in_the_pod_gets_nothing() {
         .output()
         .unwrap();
     let built = String::from_utf8_lossy(&built.stdout);
-    let label = docker_ok(&[
-        "image",
-        "inspect",
-        "-f",
-        "{{index .Config.Labels \"media-worker.binary-sha256\"}}",
-        PROBE,
-    ]);
+    let label = image_label(PROBE, "media-worker.binary-sha256");
     assert!(
         built.starts_with(&label),
         "{PROBE} holds another binary than this build's: run `make test-images`"
@@ -628,15 +622,7 @@ fn sample_maps(tini: i32, done: &AtomicBool) -> BTreeMap<String, BTreeSet<String
 /// tini under those jobs (their maps sampled every 20 ms), and every program in it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_image_holds_only_what_every_profile_loads() {
-    let label = |k: &str| {
-        docker_ok(&[
-            "image",
-            "inspect",
-            "-f",
-            &format!("{{{{index .Config.Labels \"{k}\"}}}}"),
-            SHIPPED,
-        ])
-    };
+    let label = |k: &str| image_label(SHIPPED, k);
     assert_eq!(label("media-worker.profile"), "release");
     let revision = label("media-worker.revision");
     assert_eq!(label("org.opencontainers.image.revision"), revision);

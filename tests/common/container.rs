@@ -214,6 +214,12 @@ pub fn image_file(image: &str, path: &str, dir: &Path) -> PathBuf {
     dir.join(Path::new(path).file_name().unwrap())
 }
 
+/// The label `key` of `image` (empty when it has none).
+pub fn image_label(image: &str, key: &str) -> String {
+    let format = format!("{{{{index .Config.Labels \"{key}\"}}}}");
+    docker_ok(&["image", "inspect", "-f", &format, image])
+}
+
 /// Removes the containers of test processes that are gone (killed at their time limit, say:
 /// no `Drop` ran).
 pub fn remove_orphans() {
