@@ -145,26 +145,34 @@ def custom_resources(target, docs, env, workload):
                   "the workload sets replicas although a ScaledObject manages them")
             lo, hi = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
             check(1 <= lo <= hi, target, f"replicas {lo}..{hi}")
-            types = {t["type"]: t.get("metadata", {}) for t in spec.get("triggers", [])}
-            kafka, prom = types.get("kafka"), types.get("prometheus")
-            check(kafka is not None and prom is not None, target, "kafka and prometheus triggers")
-            if kafka:
+            triggers = spec.get("triggers", [])
+            kafkas = [t.get("metadata", {}) for t in triggers if t["type"] == "kafka"]
+            proms = [t.get("metadata", {}) for t in triggers if t["type"] == "prometheus"]
+            prom = proms[0] if proms else None
+            check(kafkas and prom is not None, target, "kafka and prometheus triggers")
+            # The request group on the request topic, and, with a unit topic, the unit topic's
+            # own group on it (the worker's default: the request group's id + ".units").
+            watched = {(k.get("consumerGroup"), k.get("topic")) for k in kafkas}
+            wanted = {(env.get("KAFKA_GROUP_ID"), env.get("KAFKA_REQUEST_TOPIC"))}
+            if env.get("KAFKA_UNIT_TOPIC"):
+                unit_group = env.get("KAFKA_UNIT_GROUP_ID") or f'{env.get("KAFKA_GROUP_ID")}.units'
+                wanted.add((unit_group, env["KAFKA_UNIT_TOPIC"]))
+            check(watched == wanted, target,
+                  f"KEDA watches {sorted(watched)}, the worker consumes {sorted(wanted)}")
+            for kafka in kafkas:
                 for k in ("bootstrapServers", "consumerGroup", "topic", "lagThreshold"):
                     check(k in kafka, target, f"kafka trigger lacks {k}")
                 check(kafka.get("excludePersistentLag") == "true", target, "excludePersistentLag")
-                check(kafka.get("consumerGroup") == env.get("KAFKA_GROUP_ID"), target,
-                      "KEDA watches another consumer group")
-                check(kafka.get("topic") == env.get("KAFKA_REQUEST_TOPIC"), target,
-                      "KEDA watches another topic")
                 check(kafka.get("bootstrapServers") == env.get("KAFKA_BOOTSTRAP_SERVERS"), target,
                       "KEDA and the worker use different brokers")
                 reset = env.get("KAFKA_PROPERTY_AUTO_OFFSET_RESET", "earliest")
                 check(kafka.get("offsetResetPolicy") == reset, target,
                       f"KEDA's offsetResetPolicy is not the consumer's auto.offset.reset ({reset})")
-                auth = [t.get("authenticationRef", {}).get("name") for t in spec.get("triggers", [])]
-                for name in filter(None, auth):
-                    check(any(d["kind"] == "TriggerAuthentication" and d["metadata"]["name"] == name
-                              for d in docs), target, f"TriggerAuthentication {name} missing")
+            auth = [t.get("authenticationRef", {}).get("name") for t in triggers if t["type"] == "kafka"]
+            check(len(set(auth)) == 1, target, f"the kafka triggers authenticate alike: {auth}")
+            for name in filter(None, auth):
+                check(any(d["kind"] == "TriggerAuthentication" and d["metadata"]["name"] == name
+                          for d in docs), target, f"TriggerAuthentication {name} missing")
             if prom:
                 for k in ("serverAddress", "query", "threshold"):
                     check(k in prom, target, f"prometheus trigger lacks {k}")

@@ -22,8 +22,8 @@ pub enum JobError {
     Scan(#[from] ScanError),
     #[error("internal error: {0}")]
     Internal(String),
-    /// The scratch file system was at or near full when the job failed: whatever the library
-    /// said, the cause was this pod's (`scratch::Space::near_full`).
+    /// The scratch file system was at or near full when the job failed, the job within its
+    /// budget: whatever the library said, the cause was this pod's (`scratch::Verdict::Full`).
     #[error("scratch space exhausted ({free} bytes free; the job needs about {needed}): {cause}")]
     ScratchFull {
         free: u64,
@@ -35,13 +35,15 @@ pub enum JobError {
         "the source ({source_bytes} bytes) is larger than this worker's scratch file system ({total} bytes of scratch)"
     )]
     ScratchTooSmall { source_bytes: u64, total: u64 },
-    /// The job filled the scratch volume by itself and its outputs were not done: what it
-    /// needs is more than this pod's whole scratch, which no retry and no wait can give it.
+    /// The job wrote past its scratch budget (what the volume can give one job, less the
+    /// reserve and the source: `scratch::Space::budget`) and was not done: no retry and no wait
+    /// can give it more (`scratch::Verdict::Overrun`).
     #[error(
-        "the job's outputs need more than this worker's whole scratch file system: it wrote {written} bytes of its {total} bytes of scratch and was not done ({cause})"
+        "the job's outputs need more than this worker's scratch can give one job: it wrote {written} bytes, past its budget of {budget} bytes ({total} bytes of scratch), and was not done ({cause})"
     )]
     OutputsTooLarge {
         written: u64,
+        budget: u64,
         total: u64,
         cause: String,
     },
@@ -152,6 +154,33 @@ impl JobError {
                     | Self::Internal(_)
                     | Self::ScratchFull { .. }
             ),
+        }
+    }
+}
+
+impl JobError {
+    /// This failure as the scratch explains it ([`crate::scratch::Meter::verdict`]): past the
+    /// job's budget the request's (`OutputsTooLarge`), within it on a full volume the pod's
+    /// (`ScratchFull`), else itself.
+    pub fn in_scratch(self, verdict: crate::scratch::Verdict) -> JobError {
+        use crate::scratch::Verdict;
+        match verdict {
+            Verdict::Overrun(o) => JobError::OutputsTooLarge {
+                written: o.written,
+                budget: o.budget,
+                total: o.total,
+                cause: if o.stopped {
+                    "stopped as it passed it".into()
+                } else {
+                    self.to_string()
+                },
+            },
+            Verdict::Full { free, needed } => JobError::ScratchFull {
+                free,
+                needed,
+                cause: self.to_string(),
+            },
+            Verdict::Room => self,
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -25,7 +25,10 @@ pub struct Health {
     broker_up: AtomicBool,
     storage_ok: AtomicBool,
     sandbox_ok: AtomicBool,
-    commit_failures: AtomicU32,
+    /// Per consumer (the request lane, the unit lane).
+    commit_failures: [AtomicU32; 2],
+    /// The unit topic: 0 not configured, 1 there, 2 missing.
+    unit_topic: AtomicU8,
     blocked_publishes: AtomicU32,
     min_scratch_free: AtomicU64,
     /// What a job that met a full scratch needs free before the pod takes work again (0: none).
@@ -53,6 +56,10 @@ pub struct Readiness {
     /// No finished job is stuck with a response that can be neither published nor
     /// dead-lettered (its offset is held meanwhile).
     pub publishing: bool,
+    /// The unit topic exists (`None`: none is configured). Not part of `ready`: while it is
+    /// missing, a long video is encoded by the pod that takes it, as without a unit topic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit_topic: Option<bool>,
 }
 
 impl Health {
@@ -63,7 +70,8 @@ impl Health {
             broker_up: AtomicBool::new(true),
             storage_ok: AtomicBool::new(true),
             sandbox_ok: AtomicBool::new(true),
-            commit_failures: AtomicU32::new(0),
+            commit_failures: Default::default(),
+            unit_topic: AtomicU8::new(0),
             blocked_publishes: AtomicU32::new(0),
             min_scratch_free: AtomicU64::new(min_scratch_free_bytes),
             scratch_wanted: AtomicU64::new(0),
@@ -83,9 +91,16 @@ impl Health {
     pub fn set_sandbox_ok(&self, ok: bool) -> bool {
         self.sandbox_ok.swap(ok, Ordering::Relaxed)
     }
-    /// The most commits rejected in a row on one partition (the consumer's offset tracker).
-    pub fn set_commit_failures(&self, in_a_row: u32) {
-        self.commit_failures.store(in_a_row, Ordering::Relaxed);
+    /// The most commits rejected in a row on one partition of consumer `consumer` (its offset
+    /// tracker).
+    pub fn set_commit_failures(&self, consumer: usize, in_a_row: u32) {
+        self.commit_failures[consumer].store(in_a_row, Ordering::Relaxed);
+    }
+
+    /// Whether the configured unit topic exists (the broker's metadata, `kafka::producer`).
+    pub fn set_unit_topic(&self, exists: bool) {
+        self.unit_topic
+            .store(if exists { 1 } else { 2 }, Ordering::Relaxed);
     }
 
     /// A message starts (`true`) or stops being unpublishable.
@@ -147,8 +162,15 @@ impl Health {
             sandbox: self.sandbox_ok.load(Ordering::Relaxed),
             scratch: free.is_none_or(|f| f >= floor),
             scratch_free_bytes: free,
-            commits: self.commit_failures.load(Ordering::Relaxed) < MAX_COMMIT_FAILURES,
+            commits: self
+                .commit_failures
+                .iter()
+                .all(|f| f.load(Ordering::Relaxed) < MAX_COMMIT_FAILURES),
             publishing: self.blocked_publishes.load(Ordering::Relaxed) == 0,
+            unit_topic: match self.unit_topic.load(Ordering::Relaxed) {
+                0 => None,
+                known => Some(known == 1),
+            },
         };
         Readiness {
             ready: r.consuming
@@ -206,10 +228,18 @@ mod tests {
         assert!(!h.readiness(dir.path()).storage);
         h.set_storage_ok(true);
 
-        h.set_commit_failures(MAX_COMMIT_FAILURES);
-        assert!(!h.readiness(dir.path()).commits);
-        h.set_commit_failures(0);
-        assert!(h.readiness(dir.path()).ready);
+        // Either consumer's (the request lane's, the unit lane's).
+        for consumer in [0, 1] {
+            h.set_commit_failures(consumer, MAX_COMMIT_FAILURES);
+            assert!(!h.readiness(dir.path()).commits);
+            h.set_commit_failures(consumer, 0);
+            assert!(h.readiness(dir.path()).ready);
+        }
+        // A missing unit topic is reported, and the pod stays ready.
+        h.set_unit_topic(false);
+        let r = h.readiness(dir.path());
+        assert_eq!((r.ready, r.unit_topic), (true, Some(false)));
+        h.set_unit_topic(true);
 
         h.publish_blocked(true);
         assert!(!h.readiness(dir.path()).publishing);

@@ -2,6 +2,16 @@
 //! (the guard's `Drop` runs on success, error, panic unwinding and future cancellation alike).
 //! It holds the source, `out/` and `tmp/` (the media work's, see `sandbox::layers::grant`) and
 //! the worker's own records beside them, where the media work cannot write.
+//!
+//! The volume is shared by the pod's jobs, and three rules keep a full disk from being taken
+//! for the wrong party's fault:
+//! - [`Admission`]: a job reserves what it expects to need before its download, and waits
+//!   while that does not fit beside the others; a source larger than the volume never runs.
+//! - [`Meter`]: each attempt has a budget, what the volume can give one job ([`Space::budget`]),
+//!   and its writes are measured against it while it runs: past it, the job is stopped at once,
+//!   its outputs can never fit here (the request's answer, not the pod's).
+//! - [`Meter::verdict`]: a failure within the budget met on a full volume is the pod's (another
+//!   job or something else filled it): retried, and held while the space is not back.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -132,6 +142,16 @@ impl Space {
             .saturating_sub(KEEP_FREE)
     }
 
+    /// A job's scratch budget: what the volume can give one job ([`Space::room`]) less the
+    /// reserve (the operator's readiness floor `min_free`, at least 1 MiB) and its `source`.
+    /// Alone on the volume, a job within it leaves the pod ready; one past it can never run
+    /// here, whatever else the volume holds or does not.
+    pub fn budget(&self, min_free: u64, source: u64) -> u64 {
+        self.room()
+            .saturating_sub(min_free.max(RESERVE))
+            .saturating_sub(source)
+    }
+
     /// Too full for a job needing `needed` bytes: less free than that, than the operator's
     /// `min_free` or than 1 MiB, or almost no inode left. A job's native work, download or
     /// upload that failed with the file system in this state failed for the pod's reason,
@@ -146,6 +166,17 @@ impl Space {
 
 /// The last MiB of the volume is never counted on: the file system needs it for itself.
 const KEEP_FREE: u64 = 1 << 20;
+
+/// The least a job's budget leaves free beside [`KEEP_FREE`]: room for the meter to see a
+/// job's writes pass its budget before the volume is full (a MiB is 10 s of a 100 KB/s
+/// encoder, 100 ms of a 10 MB/s one).
+const RESERVE: u64 = 1 << 20;
+
+/// Bytes of `file` as they are allocated on disk (0 when it is not there).
+fn allocated(file: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(file).map_or(0, |m| m.blocks() * 512)
+}
 
 /// Bytes under `dir` (a job's scratch), counted as they are allocated on disk.
 pub fn used_bytes(dir: &Path) -> u64 {
@@ -171,6 +202,8 @@ pub fn used_bytes(dir: &Path) -> u64 {
 #[derive(Debug)]
 pub struct Admission {
     root: PathBuf,
+    /// The readiness floor (`MIN_SCRATCH_FREE_BYTES`): a job's budget leaves it free.
+    min_free: u64,
     reserved: std::sync::Mutex<u64>,
     released: tokio::sync::Notify,
 }
@@ -194,9 +227,10 @@ impl Drop for Reservation {
 const SPACE_RECHECK: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl Admission {
-    pub fn new(root: &Path) -> Admission {
+    pub fn new(root: &Path, min_free: u64) -> Admission {
         Admission {
             root: root.to_owned(),
+            min_free,
             reserved: std::sync::Mutex::new(0),
             released: tokio::sync::Notify::new(),
         }
@@ -206,7 +240,7 @@ impl Admission {
     /// its outputs up to as much again (variants and renditions are smaller than their source;
     /// the rest is room for temporary files). A job's real outputs are not known before it is
     /// probed, so the estimate is held to what the volume could give one job alone: a large
-    /// job runs alone, and if it fills the disk what it needed shows (`JobError::ScratchFull`).
+    /// job runs alone, and what it writes is measured against its budget ([`Meter`]).
     /// `Err(total)` when the source alone could never be held: the request's failure.
     pub fn need_for(&self, source_bytes: u64) -> Result<u64, u64> {
         let Some(space) = Space::of(&self.root) else {
@@ -217,11 +251,6 @@ impl Admission {
             return Err(space.total);
         }
         Ok(source_bytes.saturating_mul(2).min(room))
-    }
-
-    /// Scratch reserved now by the jobs running.
-    pub fn reserved(&self) -> u64 {
-        *self.reserved.lock().unwrap()
     }
 
     /// Takes `need` bytes now if they fit.
@@ -266,6 +295,157 @@ impl Admission {
     }
 }
 
+/// How often a job's writes are measured.
+const METER_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// One attempt's writes (everything in its directory but the source), measured against its
+/// budget ([`Space::budget`]) every [`METER_EVERY`] by a task of its own while the attempt
+/// lasts (stopped on drop). Writes past the budget stop the attempt at once (`stop` is
+/// cancelled): the volume has not even filled, so that does not depend on how the job's
+/// encoder writes, or what it deletes when a write fails. The peak is kept for
+/// [`Meter::verdict`].
+#[derive(Debug)]
+pub struct Meter {
+    dir: PathBuf,
+    root: PathBuf,
+    min_free: u64,
+    seen: std::sync::Arc<Seen>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    peak: std::sync::atomic::AtomicU64,
+    overrun: std::sync::OnceLock<Overrun>,
+}
+
+/// A job past its budget: what it wrote, its budget, the volume's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overrun {
+    pub written: u64,
+    pub budget: u64,
+    pub total: u64,
+    /// Stopped by the meter (rather than found past it after it failed).
+    pub stopped: bool,
+}
+
+/// What the scratch says of a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Past its budget: its outputs can never fit here, the request's failure.
+    Overrun(Overrun),
+    /// Within its budget on a full volume: the pod's fault. `needed`: the space to wait for
+    /// before it runs again (what it expected, or twice what it holds; never more than the
+    /// volume can give once this pod's jobs are done).
+    Full { free: u64, needed: u64 },
+    /// The volume has room: the failure is what it said.
+    Room,
+}
+
+impl Admission {
+    /// Meters an attempt in `dir` (its scratch directory), cancelling `stop` past its budget.
+    pub fn meter(&self, dir: &Path, stop: tokio_util::sync::CancellationToken) -> Meter {
+        let seen = std::sync::Arc::new(Seen::default());
+        let (dir, root, min_free) = (dir.to_owned(), self.root.clone(), self.min_free);
+        let task = {
+            let (seen, dir, root) = (seen.clone(), dir.clone(), root.clone());
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(METER_EVERY);
+                loop {
+                    every.tick().await;
+                    // A few `stat`s of a handful of files: cheap enough for the runtime.
+                    let Some(o) = seen.measure(&dir, &root, min_free, true) else {
+                        continue;
+                    };
+                    tracing::warn!(dir = %dir.display(), written = o.written,
+                        budget = o.budget, total = o.total, "writes past the job's scratch budget: stopped");
+                    stop.cancel();
+                    return;
+                }
+            })
+        };
+        Meter {
+            dir,
+            root,
+            min_free,
+            seen,
+            task,
+        }
+    }
+}
+
+impl Seen {
+    /// Measures the writes in `dir` now, keeping the peak; an overrun once they pass the
+    /// budget (recorded when `stops`).
+    fn measure(&self, dir: &Path, root: &Path, min_free: u64, stops: bool) -> Option<Overrun> {
+        use std::sync::atomic::Ordering;
+        let space = Space::of(root)?;
+        let source = allocated(&dir.join("source"));
+        let now = used_bytes(dir).saturating_sub(source);
+        let written = self.peak.fetch_max(now, Ordering::Relaxed).max(now);
+        let budget = space.budget(min_free, source);
+        let o = Overrun {
+            written,
+            budget,
+            total: space.total,
+            stopped: stops,
+        };
+        (written > budget && (!stops || self.overrun.set(o).is_ok())).then_some(o)
+    }
+}
+
+impl Meter {
+    /// What the scratch says of the attempt's failure: stopped past its budget, the request's
+    /// ([`Verdict::Overrun`]) whatever the failure was. Otherwise, for a failure a full
+    /// scratch could explain (`could_be_scratch`): past its budget by its peak or by what it
+    /// holds now, the request's; within it, on a volume too full for what it needs (`need`:
+    /// what it reserved, or twice what it holds), the pod's ([`Verdict::Full`]: another job or
+    /// something else filled it); else [`Verdict::Room`]. Never on how full the volume looked
+    /// after the last write (an encoder may delete what it wrote when a write fails).
+    pub fn verdict(
+        &self,
+        need: u64,
+        could_be_scratch: bool,
+        cause: &dyn std::fmt::Display,
+    ) -> Verdict {
+        let overrun = match self.seen.overrun.get() {
+            Some(o) => Some(*o),
+            None if could_be_scratch => {
+                self.seen
+                    .measure(&self.dir, &self.root, self.min_free, false)
+            }
+            None => return Verdict::Room,
+        };
+        if let Some(o) = overrun {
+            tracing::warn!(error = %cause, written = o.written, budget = o.budget, total = o.total,
+                stopped = o.stopped, "outputs larger than the job's scratch budget: the request's failure");
+            return Verdict::Overrun(o);
+        }
+        let Some(space) = Space::of(&self.root) else {
+            return Verdict::Room;
+        };
+        let needed = need.max(used_bytes(&self.dir).saturating_mul(2));
+        if !space.near_full(self.min_free, needed) {
+            return Verdict::Room;
+        }
+        // Never more than the volume can give once this pod's jobs are done (it may hold more
+        // than ours), or the job would wait for space that never comes.
+        let needed = needed.min(space.reachable(used_bytes(&self.root)));
+        tracing::warn!(error = %cause, free = space.free, needed,
+            "failed with the scratch file system full: a fault of this pod");
+        Verdict::Full {
+            free: space.free,
+            needed,
+        }
+    }
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,7 +479,7 @@ mod tests {
     #[tokio::test]
     async fn reservations_take_turns_for_the_space() {
         let root = tempfile::tempdir().unwrap();
-        let adm = std::sync::Arc::new(Admission::new(root.path()));
+        let adm = std::sync::Arc::new(Admission::new(root.path(), 0));
         let free = Space::of(root.path()).unwrap().free;
         let first = adm.try_reserve(free / 2 + 1).expect("alone, it fits");
         // A second that would not fit beside the first waits for it. (Three quarters: the
@@ -324,13 +504,72 @@ mod tests {
     #[test]
     fn a_need_is_held_to_what_the_volume_could_give_one_job() {
         let root = tempfile::tempdir().unwrap();
-        let adm = Admission::new(root.path());
+        let adm = Admission::new(root.path(), 0);
         let total = Space::of(root.path()).unwrap().total;
         let room = total - KEEP_FREE;
         assert_eq!(adm.need_for(1000), Ok(2000));
         assert_eq!(adm.need_for(room / 2 + 1), Ok(room), "alone it may run");
         assert_eq!(adm.need_for(room), Ok(room));
         assert_eq!(adm.need_for(room + 1), Err(total), "never");
+    }
+
+    #[test]
+    fn a_budget_is_the_volume_for_one_job_less_the_reserve_and_the_source() {
+        // The issue's volume: 24 MiB, readiness floor 1 MiB, a 2.7 MB source.
+        let space = Space {
+            total: 24 << 20,
+            free: 24 << 20,
+            free_inodes: 1000,
+        };
+        assert_eq!(space.budget(1 << 20, 2_700_000), (22 << 20) - 2_700_000);
+        // The reserve is the operator's floor when higher, never less than 1 MiB.
+        assert_eq!(space.budget(4 << 20, 0), 19 << 20);
+        assert_eq!(space.budget(0, 0), 22 << 20);
+        // Nothing left for a source that takes it all.
+        assert_eq!(space.budget(1 << 20, 23 << 20), 0);
+    }
+
+    /// A volume whose budget is `budget` bytes for a job without a source (the operator's
+    /// floor takes the rest): writes are measured as on any volume.
+    fn budgeted(root: &Path, budget: u64) -> Admission {
+        let room = Space::of(root).unwrap().room();
+        Admission::new(root, room - budget)
+    }
+
+    #[tokio::test]
+    async fn writes_past_the_budget_stop_the_attempt_and_are_kept_when_deleted() {
+        let root = tempfile::tempdir().unwrap();
+        let adm = budgeted(root.path(), 256 << 10);
+        let d = ScratchDir::create(root.path(), "job-m").unwrap();
+        // The source does not count as writes, and takes its bytes from the budget.
+        std::fs::write(d.source(), vec![1u8; 64 << 10]).unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let meter = adm.meter(d.path(), stop.clone());
+        let out = d.out_dir().join("segment.tmp");
+        std::fs::write(&out, vec![1u8; 256 << 10]).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), stop.cancelled())
+            .await
+            .expect("stopped past its budget");
+        // What the encoder deletes when it fails does not undo what it wrote.
+        std::fs::remove_file(&out).unwrap();
+        let Verdict::Overrun(o) = meter.verdict(0, false, &"cancelled") else {
+            panic!("not an overrun");
+        };
+        assert!(o.stopped);
+        assert!(o.written >= 256 << 10, "{o:?}");
+        assert_eq!(o.budget, (256 << 10) - (64 << 10));
+    }
+
+    #[tokio::test]
+    async fn a_failure_within_the_budget_on_a_volume_with_room_is_what_it_said() {
+        let root = tempfile::tempdir().unwrap();
+        let adm = Admission::new(root.path(), 0);
+        let d = ScratchDir::create(root.path(), "job-r").unwrap();
+        let meter = adm.meter(d.path(), tokio_util::sync::CancellationToken::new());
+        std::fs::write(d.out_dir().join("a.webp"), vec![1u8; 4096]).unwrap();
+        // On CI's shared disk: room for a few KB.
+        assert_eq!(meter.verdict(8192, true, &"corrupt"), Verdict::Room);
+        assert_eq!(meter.verdict(8192, false, &"corrupt"), Verdict::Room);
     }
 
     #[test]

@@ -77,6 +77,21 @@ fn the_gallery_shows_every_output_draws_the_faces_and_plays_the_stream_in_chromi
             .any(|o| o["format"] == "hls"),
         "{video}"
     );
+    // The showcase ladder reaches the streaming one's low rungs: this 480x640 clip streams
+    // adaptively (480p, 360p, 234p), not as one variant.
+    let master = video["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o["key"].as_str())
+        .find(|k| k.ends_with("hls/master.m3u8"))
+        .unwrap_or_else(|| panic!("no master playlist: {video}"));
+    let master = std::fs::read_to_string(find_file(&work, master)).unwrap();
+    let variants = master
+        .lines()
+        .filter(|l| l.starts_with("#EXT-X-STREAM-INF"))
+        .count();
+    assert_eq!(variants, 3, "{master}");
     assert_eq!(response(GIF)["success"], true);
     let broken = response(BROKEN);
     assert_eq!(broken["status"], "failed");
@@ -195,4 +210,21 @@ fn the_gallery_shows_every_output_draws_the_faces_and_plays_the_stream_in_chromi
     assert_eq!(played["hlsVersion"], pinned["version"], "{played}");
     assert!(report["storyboardTiles"].as_u64().unwrap() > 0, "{report}");
     assert!(std::fs::metadata(&screenshot).unwrap().len() > 0);
+}
+
+/// The file under `dir` whose path ends with `key` (the demo's local store lays keys out as
+/// paths under its work directory).
+fn find_file(dir: &Path, key: &str) -> std::path::PathBuf {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.to_string_lossy().ends_with(key) {
+                return p;
+            }
+        }
+    }
+    panic!("{key} not under {}", dir.display())
 }

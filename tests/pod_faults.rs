@@ -218,18 +218,18 @@ fn generated(dir: &Path, name: &str, make: &mut Command) -> PathBuf {
     out
 }
 
-/// The worker env on a scratch volume of its own, readiness floor 1 MiB, pool 2.
-fn on_scratch(stack: &Stack, group: &str, scratch: &Tmpfs, config: Option<&Path>) -> Worker {
+/// The worker env on a scratch volume of its own, readiness floor 1 MiB, pool 2, then `more`.
+fn on_scratch(stack: &Stack, group: &str, scratch: &Tmpfs, more: &[(&str, &str)]) -> Worker {
     let mut env = stack.worker_env(group);
-    if let Some(config) = config {
-        env.insert("MEDIA_WORKER_CONFIG".into(), config.display().to_string());
-    }
     env.insert(
         "TMP_DIR".into(),
         scratch.path().join("jobs").display().to_string(),
     );
     env.insert("MIN_SCRATCH_FREE_BYTES".into(), MIB.to_string());
     env.insert("WORKER_POOL_SIZE".into(), "2".into());
+    for (k, v) in more {
+        env.insert((*k).into(), (*v).into());
+    }
     let worker = Worker::start(&env);
     worker.wait_ready();
     worker
@@ -243,7 +243,7 @@ fn on_scratch(stack: &Stack, group: &str, scratch: &Tmpfs, config: Option<&Path>
 async fn photos_that_would_fill_the_scratch_together_all_complete() {
     let scratch = Tmpfs::mount(24);
     let stack = Stack::start(1).await;
-    let worker = on_scratch(&stack, "g-fill", &scratch, None);
+    let worker = on_scratch(&stack, "g-fill", &scratch, &[]);
     let dir = tempfile::tempdir().unwrap();
     // 9,850 x 6,566 at quality 100 without chroma subsampling: a camera's 65 MP photo.
     let photo = dir.path().join("large.jpg");
@@ -284,16 +284,11 @@ async fn photos_that_would_fill_the_scratch_together_all_complete() {
     );
 }
 
-/// Outputs larger than the whole scratch volume (a small, heavily compressed noise photo becomes
-/// four large variants) fill a 3 MiB volume while the encoder writes, the job alone on it: no
-/// pod like this one could ever hold them. Whatever WebP's, AVIF's (libheif) or JPEG's encoder
-/// says, the failure is recognised as the full volume and is the request's: answered
-/// `limits_exceeded` with the figures, the pod ready throughout (a small upload must not stop
-/// the fleet partition by partition).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn outputs_larger_than_the_scratch_are_the_requests_whatever_the_encoder() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("encoders.toml");
+/// A small, heavily compressed noise photo (2560 x 1920 of grey noise at JPEG quality 5: 0.5 MB
+/// that decodes to pixels no encoder can shrink) and a config with a profile per encoder
+/// (`webp`, `avif`, `jpeg`) that makes four large variants of it.
+fn noise_photo_and_profiles(dir: &Path) -> (PathBuf, PathBuf) {
+    let config = dir.join("encoders.toml");
     let mut profiles = String::new();
     for (format, quality) in [("webp", 90), ("avif", 90), ("jpeg", 95)] {
         profiles += &format!(
@@ -302,9 +297,7 @@ async fn outputs_larger_than_the_scratch_are_the_requests_whatever_the_encoder()
         );
     }
     std::fs::write(&config, profiles).unwrap();
-    // 2560 x 1920 of grey noise at JPEG quality 5: 0.5 MB that decodes to pixels no encoder
-    // can shrink.
-    let noise = dir.path().join("noise.v");
+    let noise = dir.join("noise.v");
     let grey = Command::new("vips")
         .args(["gaussnoise"])
         .arg(&noise)
@@ -313,18 +306,36 @@ async fn outputs_larger_than_the_scratch_are_the_requests_whatever_the_encoder()
         .unwrap();
     assert!(grey.success());
     let photo = generated(
-        dir.path(),
+        dir,
         "noise.jpg",
         Command::new("sh").arg("-c").arg(format!(
             "vips bandjoin '{n} {n} {n}' {d}/n3.v && vips cast {d}/n3.v {d}/n3u.v uchar && \
              vips copy {d}/n3u.v \"$0[Q=5]\"",
             n = noise.display(),
-            d = dir.path().display()
+            d = dir.display()
         )),
     );
+    (photo, config)
+}
+
+/// Outputs larger than the whole scratch volume (the noise photo's four large variants) on a
+/// 3 MiB volume: no pod like this one could ever hold them. Whatever WebP's, AVIF's (libheif)
+/// or JPEG's encoder says when the volume fills, the job passed its budget and is the
+/// request's: answered `limits_exceeded` with the figures at its first attempt, the pod ready
+/// throughout (a small upload must not stop the fleet partition by partition).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_larger_than_the_scratch_are_the_requests_whatever_the_encoder() {
+    let dir = tempfile::tempdir().unwrap();
+    let (photo, config) = noise_photo_and_profiles(dir.path());
     let scratch = Tmpfs::mount(3);
     let stack = Stack::start(1).await;
-    let worker = on_scratch(&stack, "g-encoders", &scratch, Some(&config));
+    let config = config.display().to_string();
+    let worker = on_scratch(
+        &stack,
+        "g-encoders",
+        &scratch,
+        &[("MEDIA_WORKER_CONFIG", &config)],
+    );
     stack.upload_file("noise.jpg", &photo).await;
     let responses = stack.responses();
     for format in ["webp", "avif", "jpeg"] {
@@ -337,23 +348,88 @@ async fn outputs_larger_than_the_scratch_are_the_requests_whatever_the_encoder()
     }
     let recognised = worker
         .log()
-        .matches("outputs larger than the whole scratch volume")
+        .matches("outputs larger than the job's scratch budget")
         .count();
     assert!(
         recognised >= 3,
-        "{recognised} failures recognised as the volume's size"
+        "{recognised} failures recognised as past the budget"
     );
     wait_for("offsets committed", MINUTE, || {
         (stack.committed("g-encoders", 1) == vec![3]).then_some(())
     });
 }
 
-/// Answered `limits_exceeded`, naming what the job wrote and the volume's size.
+/// The same photo's WebP variants (4.6 MB: well within the job's budget on 24 MiB) on a volume
+/// that something else filled to 2 MiB free (the pod ready, the job admitted): the job meets a
+/// full disk that is not its doing. That stays the pod's fault, as before the budget: retried,
+/// and answered `internal`, retryable (the filler is not this pod's: no wait would free it, so
+/// the pod stays ready and the job is not held), never `limits_exceeded`. Once the space is back
+/// the same request completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_filled_by_something_else_is_the_pods_fault_not_the_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (photo, config) = noise_photo_and_profiles(dir.path());
+    let scratch = Tmpfs::mount(24);
+    let stack = Stack::start(1).await;
+    let config = config.display().to_string();
+    let more = [
+        ("MEDIA_WORKER_CONFIG", config.as_str()),
+        ("WORKER_POOL_SIZE", "1"),
+        ("RETRY_COUNT", "1"),
+    ];
+    let worker = on_scratch(&stack, "g-filled", &scratch, &more);
+    let filler = scratch.fill_until(2 * MIB);
+    assert_eq!(readiness(&worker).map(|(s, _)| s), Some(200), "2 MiB free");
+    stack.upload_file("noise.jpg", &photo).await;
+    let responses = stack.responses();
+    let mut req = request("filled", "noise.jpg");
+    req.profile = Some("webp".into());
+    stack.send(&req).await;
+    let got = responses.take(1, 2 * MINUTE);
+    let body = &got[0].body;
+    let error = body.error.as_ref().expect("failed");
+    eprintln!(
+        "filled by something else: {} after {} attempts",
+        error.message, body.attempts
+    );
+    assert_eq!(
+        (error.code, error.retryable, body.attempts),
+        (media_worker::contract::ErrorCode::Internal, true, 2),
+        "the pod's fault, retried"
+    );
+    assert!(
+        error.message.contains("scratch space exhausted"),
+        "{error:?}"
+    );
+    assert!(
+        !worker.log().contains("scratch budget"),
+        "taken for the job's own"
+    );
+
+    std::fs::remove_file(filler).unwrap();
+    stack.send(&req).await;
+    let got = responses.take(1, 2 * MINUTE);
+    let body = &got[0].body;
+    assert_eq!(body.status, Status::Completed, "{:?}", body.error);
+    let written: u64 = body.outputs.iter().map(|o| o.size_bytes).sum();
+    eprintln!("then completed with {written} bytes of outputs");
+    assert!(
+        written > 2 * MIB,
+        "the outputs could not fit the 2 MiB left"
+    );
+    wait_for("offsets committed", MINUTE, || {
+        (stack.committed("g-filled", 1) == vec![2]).then_some(())
+    });
+}
+
+/// Answered `limits_exceeded` at the first attempt, naming what the job wrote, its budget and
+/// the volume's size.
 fn too_large_for_the_scratch(r: &media_worker::contract::OptimizeResponse, what: &str) {
     let error = r
         .error
         .as_ref()
         .unwrap_or_else(|| panic!("{what}: not failed: {r:?}"));
+    eprintln!("{what}: {} after {} attempts", error.message, r.attempts);
     assert_eq!(
         error.code,
         media_worker::contract::ErrorCode::LimitsExceeded,
@@ -361,26 +437,45 @@ fn too_large_for_the_scratch(r: &media_worker::contract::OptimizeResponse, what:
     );
     assert!(!error.retryable, "{what}: {error:?}");
     assert!(
-        error.message.contains("bytes of scratch") && error.message.contains("wrote"),
+        ["wrote", "budget", "bytes of scratch"]
+            .iter()
+            .all(|w| error.message.contains(w)),
         "{what}: {}",
         error.message
     );
-    eprintln!("{what}: {} after {} attempts", error.message, r.attempts);
+    assert_eq!(r.attempts, 1, "{what}: answered at its first attempt");
 }
 
-/// The review's trigger, scaled to the capped rungs: a 20-second 720p noise video (2.7 MB) with
-/// the streaming profile. The review ran it on a 24 MiB scratch, where its uncapped renditions
-/// could never fit; capped, they fit there (issue 45's caps bound a rung's bytes per second), so
-/// the volume here is 8 MiB, which the 720p rung alone exceeds. The need became twice what the
-/// job wrote, about twice the volume, and the job waited forever with the pod not ready and its
-/// partition paused (and after a restart the next worker the same). Now it is the request's:
-/// answered `limits_exceeded` with the figures, the offset committed, the pod ready, and the
-/// next request served.
+/// The review's trigger, scaled to the capped rungs: the issue's 20-second 720p noise video
+/// (about 2.7 MB) with the streaming profile on an 8 MiB scratch, which the 720p rung alone
+/// exceeds. The need became twice what the job wrote, about twice the volume, and the job waited
+/// forever with the pod not ready and its partition paused (and after a restart the next worker
+/// the same). Now it is the request's: answered `limits_exceeded` with the figures at its first
+/// attempt, the offset committed, the pod ready, and the next request served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_video_whose_outputs_can_never_fit_the_scratch_is_answered_not_held() {
-    let scratch = Tmpfs::mount(8);
+    a_video_that_can_never_fit(8, "g-video-fill").await;
+}
+
+/// Issue 56: the same upload on a 24 MiB scratch, one job at a time. ffmpeg's last write there
+/// did not fit and its temporary segment was deleted, so every failure left 1,097,728 bytes
+/// free: the volume never looked full, the job was taken for a fault of the pod, retried and held,
+/// and never answered. Its writes pass its budget (the volume less the reserve and the source)
+/// however its encoder writes: answered at its first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_video_past_its_budget_is_answered_whatever_its_last_write() {
+    a_video_that_can_never_fit(24, "g-video-budget").await;
+}
+
+/// The issue's upload (`ffmpeg -f lavfi -i "nullsrc=s=1280x720:r=30,geq=random(1)*255:128:128"
+/// -t 20 -c:v libx264 -preset ultrafast -crf 51 -pix_fmt yuv420p`) with the `streaming` profile
+/// on a `mib` MiB scratch, one job at a time, a photo behind it: the video is answered
+/// `limits_exceeded` with the figures at its first attempt, never taken for the pod's fault, the
+/// pod ready, the photo completed, both offsets committed.
+async fn a_video_that_can_never_fit(mib: u64, group: &str) {
+    let scratch = Tmpfs::mount(mib);
     let stack = Stack::start(1).await;
-    let worker = on_scratch(&stack, "g-video-fill", &scratch, None);
+    let worker = on_scratch(&stack, group, &scratch, &[("WORKER_POOL_SIZE", "1")]);
     let dir = tempfile::tempdir().unwrap();
     let noise = generated(
         dir.path(),
@@ -392,13 +487,17 @@ async fn a_video_whose_outputs_can_never_fit_the_scratch_is_answered_not_held() 
             "-f",
             "lavfi",
             "-i",
-            "nullsrc=s=1280x720:r=25:d=20,geq=lum='random(1)*255':cb=128:cr=128,format=yuv420p",
+            "nullsrc=s=1280x720:r=30,geq=random(1)*255:128:128",
+            "-t",
+            "20",
             "-c:v",
             "libx264",
             "-preset",
             "ultrafast",
             "-crf",
             "51",
+            "-pix_fmt",
+            "yuv420p",
         ]),
     );
     let size = std::fs::metadata(&noise).unwrap().len();
@@ -410,28 +509,30 @@ async fn a_video_whose_outputs_can_never_fit_the_scratch_is_answered_not_held() 
     req.profile = Some("streaming".into());
     stack.send(&req).await;
     stack.send(&request("after", "pillow_flower.jpg")).await;
-    let got = responses.take(2, 5 * MINUTE);
-    let noise = got
-        .iter()
-        .find(|r| r.key == "noise")
-        .expect("noise answered");
-    too_large_for_the_scratch(&noise.body, "noise video");
-    let after = got
-        .iter()
-        .find(|r| r.key == "after")
-        .expect("next answered");
-    assert_eq!(
-        after.body.status,
-        Status::Completed,
-        "{:?}",
-        after.body.error
+    // Before issue 56 on 24 MiB: 10 attempts in 100 s, then held, never answered.
+    let got = responses.take(2, 3 * MINUTE);
+    let answer = |key: &str| {
+        let r = got.iter().find(|r| r.key == key);
+        &r.unwrap_or_else(|| panic!("{key} not answered")).body
+    };
+    let noise = answer("noise");
+    eprintln!(
+        "noise video on {mib} MiB: answered after {} ms",
+        noise.duration_ms
     );
+    too_large_for_the_scratch(noise, &format!("noise video on {mib} MiB"));
+    assert!(
+        !worker
+            .log()
+            .contains("failed with the scratch file system full"),
+        "taken for the pod's fault"
+    );
+    let after = answer("after");
+    assert_eq!(after.status, Status::Completed, "{:?}", after.error);
     wait_for("offsets committed", MINUTE, || {
-        (stack.committed("g-video-fill", 1) == vec![2]).then_some(())
+        (stack.committed(group, 1) == vec![2]).then_some(())
     });
-    wait_for("ready", MINUTE, || {
-        readiness(&worker).filter(|(status, _)| *status == 200)
-    });
+    assert_eq!(readiness(&worker).map(|(s, _)| s), Some(200), "ready");
 }
 
 /// A source larger than this pod's whole scratch is the request's failure: answered
@@ -440,7 +541,7 @@ async fn a_video_whose_outputs_can_never_fit_the_scratch_is_answered_not_held() 
 async fn a_source_larger_than_the_scratch_is_refused_without_a_download() {
     let scratch = Tmpfs::mount(8);
     let stack = Stack::start(1).await;
-    let worker = on_scratch(&stack, "g-too-big", &scratch, None);
+    let worker = on_scratch(&stack, "g-too-big", &scratch, &[]);
     let dir = tempfile::tempdir().unwrap();
     let big = dir.path().join("big.jpg");
     let mut bytes = std::fs::read(corpus("imageio_meadow_cube.jpg")).unwrap();

@@ -850,7 +850,7 @@ async fn a_unit_that_keeps_crashing_is_answered_after_its_retries() {
     // Every task of the unit topic (the units and the stitch) taken and committed: none is
     // left to be encoded or to answer again.
     common::wait_until("every unit task taken", common::MINUTE, || {
-        (stack.uncommitted(&unit_topic, "crashing", 6) == 0).then_some(())
+        (stack.uncommitted_units(&unit_topic, "crashing", 6) == 0).then_some(())
     })
     .await;
     // Each try died; the unit failed once, and no unit but those landed before it was
@@ -893,7 +893,11 @@ async fn a_unit_that_keeps_crashing_is_answered_after_its_retries() {
         .send(&common::request("after", "pillow_flower.jpg"))
         .await;
     assert_eq!(completed(&responses).key, "after");
-    assert!(worker.jobs().is_empty(), "{:?}", worker.jobs());
+    // The job leaves the worker's list once its scratch is gone, just after its response.
+    common::wait_until("no job at work", common::MINUTE, || {
+        worker.jobs().is_empty().then_some(())
+    })
+    .await;
     // Two idle children: the one permit's and the parts lane's.
     common::clean_and_well(&worker, 2);
 
@@ -1327,7 +1331,7 @@ async fn a_stitch_sent_twice_answers_once() {
     // Every task of the unit topic done (a stitch is acknowledged once it answered, or found
     // the plan answered): one response, and the second stitch waited for the first.
     common::wait_until("the unit topic's tasks done", common::MINUTE, || {
-        (stack.uncommitted(&unit_topic, "twice", 6) == 0).then_some(())
+        (stack.uncommitted_units(&unit_topic, "twice", 6) == 0).then_some(())
     })
     .await;
     assert_eq!(stack.response_count(), 1);
@@ -1337,4 +1341,148 @@ async fn a_stitch_sent_twice_answers_once() {
         "{log}"
     );
     assert!(!logged(&log, "already answered").is_empty(), "{log}");
+}
+
+/// Whether `worker`'s log says it was assigned a partition of the unit lane.
+fn holds_unit_partitions(worker: &common::Worker) -> usize {
+    logged(&worker.log(), "partition assigned")
+        .iter()
+        .filter(|f| f["lane"] == "units")
+        .count()
+}
+
+/// Units landed by each of `workers`, by their logs.
+fn units_landed(workers: &[common::Worker]) -> Vec<usize> {
+    workers
+        .iter()
+        .map(|w| logged(&w.log(), "unit landed").len())
+        .collect()
+}
+
+/// Every worker of a fleet encodes units of one video, whatever the group protocol and its
+/// assignor: request and unit topics of 4 partitions each; two workers (pool of one), a 64 s
+/// video (8 units and the audio); then a third worker, once it holds a unit partition, and a
+/// second video. Each video is answered once, completed, and each worker's log counts units
+/// of each. With one group over both topics, KIP-848's `uniform` assignor gave one of two
+/// members the four request partitions and the other the four unit partitions: one encoded
+/// every unit.
+async fn units_spread_over_every_worker(protocol: &str) {
+    let mut stack = common::Stack::start(4).await;
+    stack.group_protocol = protocol.to_owned();
+    let unit_topic = stack.own("media.optimize.units");
+    stack.broker.create_topic(&unit_topic, 4);
+    let dir = tempfile::tempdir().unwrap();
+    let source = common::synthetic::camera_like_video(dir.path(), 64, 640, 360);
+    stack.upload_file("long.mp4", &source).await;
+    let mut env = stack.worker_env("spread");
+    env.insert("KAFKA_UNIT_TOPIC".into(), unit_topic);
+    env.insert("WORKER_POOL_SIZE".into(), "1".into());
+    env.insert("FFMPEG_PRESET".into(), "ultrafast".into());
+    env.insert(
+        "MEDIA_WORKER_PROFILES__STREAMING__UNITS_AFTER_SECS".into(),
+        "20".into(),
+    );
+    let start = |i: usize| {
+        let mut env = env.clone();
+        env.insert("WORKER_ID".into(), format!("worker-{i}"));
+        common::Worker::start(&env)
+    };
+    let mut workers: Vec<common::Worker> = (0..2).map(start).collect();
+    for w in &workers {
+        w.ready().await;
+    }
+    let responses = stack.responses();
+    let mut before = vec![0; 2];
+    for (round, media) in ["first", "second"].into_iter().enumerate() {
+        if round == 1 {
+            workers.push(start(2));
+            workers[2].ready().await;
+            // Its share taken from the others (their revoke drained) before the tasks exist.
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            while holds_unit_partitions(&workers[2]) == 0 {
+                assert!(std::time::Instant::now() < deadline, "no unit partition");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            before.push(0);
+        }
+        let mut req = common::request(media, "long.mp4");
+        req.profile = Some("streaming".into());
+        stack.send(&req).await;
+        let r = completed(&responses);
+        assert_eq!(r.key, media);
+        let now = units_landed(&workers);
+        let of_this: Vec<usize> = now.iter().zip(&before).map(|(n, b)| n - b).collect();
+        assert_eq!(of_this.iter().sum::<usize>(), 8, "{media}: {of_this:?}");
+        assert!(
+            of_this.iter().all(|&n| n > 0),
+            "{protocol}, {} workers: units of the {media} video by worker {of_this:?}",
+            workers.len()
+        );
+        before = now;
+    }
+    assert!(
+        responses.next(Duration::from_secs(3)).is_none(),
+        "one answer each"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn units_spread_over_every_worker_under_the_consumer_protocol() {
+    units_spread_over_every_worker("consumer").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn units_spread_over_every_worker_under_the_classic_protocol() {
+    units_spread_over_every_worker("classic").await
+}
+
+/// A worker configured with a unit topic that does not exist says so when it starts and in
+/// `/health/ready` (`unit_topic: false`, still ready), and encodes a long video itself rather
+/// than failing it; the topic is not created by asking for it (the broker would, with its
+/// default partitions).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_unit_topic_is_said_at_startup_and_long_videos_still_answered() {
+    let (stack, _dir, _source, mut env) = long_video_on_a_fleet("missing", 30).await;
+    let missing = stack.own("media.optimize.units-never-made");
+    env.insert("KAFKA_UNIT_TOPIC".into(), missing.clone());
+    env.insert(
+        "MEDIA_WORKER_PROFILES__STREAMING__UNITS_AFTER_SECS".into(),
+        "20".into(),
+    );
+    let worker = common::Worker::start(&env);
+    worker.ready().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let health = loop {
+        let (_, body) = worker.http_get("/health/ready").expect("an answer");
+        let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if !health["unit_topic"].is_null() {
+            break health;
+        }
+        assert!(std::time::Instant::now() < deadline, "{health}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(health["unit_topic"], false, "{health}");
+    assert_eq!(health["ready"], true, "{health}");
+    let said = logged_containing(&worker.log(), "the unit topic does not exist");
+    assert_eq!(said.len(), 1, "{}", worker.log());
+    assert_eq!(said[0]["topic"], missing.as_str());
+    // The video, past its units_after_secs, is answered by this worker alone.
+    let responses = stack.responses();
+    let mut req = common::request("missing-topic", "long.mp4");
+    req.profile = Some("streaming".into());
+    stack.send(&req).await;
+    completed(&responses);
+    assert!(
+        !stack.broker.topics().contains(&missing),
+        "the unit topic was created by asking for it"
+    );
+}
+
+/// The fields of `log`'s lines whose message contains `text`.
+fn logged_containing(log: &str, text: &str) -> Vec<serde_json::Value> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|l| l["fields"].clone())
+        .filter(|f| f["message"].as_str().is_some_and(|m| m.contains(text)))
+        .collect()
 }

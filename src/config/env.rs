@@ -29,6 +29,7 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("KAFKA_DLQ_TOPIC", "kafka.dlq_topic"),
     ("KAFKA_PROGRESS_TOPIC", "kafka.progress_topic"),
     ("KAFKA_UNIT_TOPIC", "kafka.unit_topic"),
+    ("KAFKA_UNIT_GROUP_ID", "kafka.unit_group_id"),
     ("KAFKA_PUBLISH_ATTEMPTS", "kafka.publish_attempts"),
     ("KAFKA_COMMIT_INTERVAL_MS", "kafka.commit_interval_ms"),
     ("MAX_IN_FLIGHT", "kafka.max_in_flight"),

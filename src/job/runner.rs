@@ -108,8 +108,9 @@ impl JobRunner {
         &self.svc
     }
 
+    /// Where a long video's units go, while they can go there.
     pub(super) fn dispatch(&self) -> Option<&Arc<dyn crate::units::Dispatch>> {
-        self.dispatch.as_ref()
+        self.dispatch.as_ref().filter(|d| d.available())
     }
 
     /// A token for [`JobRunner::run_until`]: cancelled by the caller, or when jobs are
@@ -310,9 +311,10 @@ impl JobRunner {
     }
 
     /// One attempt, in its own scratch directory (removed when this returns or is dropped),
-    /// once its scratch is reserved (at least `needs` bytes). `cancel` stops it: the transfers
-    /// at once, the native work killed and reaped. A failure with the scratch file system at
-    /// or near full is this pod's, whatever the stage said ([`JobRunner::by_pod_state`]).
+    /// once its scratch is reserved (at least `needs` bytes), its writes metered against its
+    /// budget (`scratch::Meter`: past it, the attempt is stopped). `cancel` stops it: the
+    /// transfers at once, the native work killed and reaped. A failure is then judged by the
+    /// scratch ([`JobRunner::by_pod_state`]).
     async fn attempt(
         &self,
         req: &OptimizeRequest,
@@ -329,14 +331,10 @@ impl JobRunner {
             .map_err(|f| (f, Partial::default()))?;
         let scratch = ScratchDir::create(&svc.settings.worker.tmp_dir, job.id())
             .map_err(|e| (Failure::at(Stage::Download)(e), Partial::default()))?;
-        let r = self.attempt_in(req, job, cancel, &scratch, role).await;
-        r.map_err(|(f, partial)| (self.by_pod_state(f, &scratch, need), partial))
-    }
-
-    /// Whether this job is alone on the scratch: no other job of this pod holds space there
-    /// (`need`: its own reservation).
-    fn alone_on_scratch(&self, need: u64) -> bool {
-        self.svc.admission.reserved() <= need
+        let stop = cancel.child_token();
+        let meter = svc.admission.meter(scratch.path(), stop.clone());
+        let r = self.attempt_in(req, job, &stop, &scratch, role).await;
+        r.map_err(|(f, partial)| (self.by_pod_state(f, &meter, need), partial))
     }
 
     /// Admission by need, before anything is downloaded: the source's size from its HEAD (the
@@ -387,60 +385,24 @@ impl JobRunner {
         Ok((Some(reservation), need))
     }
 
-    /// A failure met with the scratch file system at or near full is the pod's, not the
-    /// input's, whatever words the library used (libjpeg's "Output file write error", ffmpeg's
-    /// "No space left", a short download): retried, and while the space is not back the pod
-    /// steps aside and the job is held. What the job is known to need (what it expected, and
-    /// more than it had written when it failed: twice that) must be free before it runs again.
-    ///
-    /// A need beyond the whole volume can never be met, so holding would stop the pod for good
-    /// (and, redelivered, the next one): it is the request's, `limits_exceeded` with the
-    /// figures, once the job has filled the volume alone. Sharing it, it runs again alone (it
-    /// reserves all the volume can give once this pod's jobs are done), which decides.
-    fn by_pod_state(&self, failure: Failure, scratch: &ScratchDir, need: u64) -> Failure {
-        let settings = &self.svc.settings.worker;
+    /// A failure as the pod's state explains it. No sandbox could start: the pod's. Past the
+    /// job's scratch budget: the request's, `limits_exceeded` with the figures, at once (no
+    /// retry or wait could give it more). Within it, met on a full scratch: the pod's, whatever
+    /// words the library used (libjpeg's "Output file write error", ffmpeg's "No space left",
+    /// a short download), retried, and while the space the job needs is not back the pod steps
+    /// aside and the job is held (see `scratch::Meter::verdict`).
+    fn by_pod_state(&self, failure: Failure, meter: &scratch::Meter, need: u64) -> Failure {
         if let JobError::Media(MediaError::NotStarted(_)) = failure.error {
             self.sandbox_unavailable();
             return failure;
         }
-        if !failure.error.could_be_scratch() {
-            return failure;
+        let verdict = meter.verdict(need, failure.error.could_be_scratch(), &failure.error);
+        if let scratch::Verdict::Full { needed, .. } = verdict {
+            self.svc.health.want_scratch(needed);
         }
-        let Some(space) = scratch::Space::of(&settings.tmp_dir) else {
-            return failure;
-        };
-        let written = scratch::used_bytes(scratch.path());
-        let mut needed = need.max(written.saturating_mul(2));
-        if !space.near_full(settings.min_scratch_free_bytes, needed) {
-            return failure;
-        }
-        // Full indeed (not merely short of this job's need), alone, and needing more than the
-        // whole volume: no pod like this one can ever run it.
-        if needed > space.room() && space.near_full(0, 0) && self.alone_on_scratch(need) {
-            tracing::warn!(stage = failure.stage.as_str(), error = %failure.error, written,
-                total = space.total, "outputs larger than the whole scratch volume: the request's failure");
-            return Failure {
-                stage: failure.stage,
-                error: JobError::OutputsTooLarge {
-                    written,
-                    total: space.total,
-                    cause: failure.error.to_string(),
-                },
-            };
-        }
-        // Never more than the volume can give once this pod's jobs are done (it may hold more
-        // than ours), or the job would wait for space that never comes.
-        needed = needed.min(space.reachable(scratch::used_bytes(&settings.tmp_dir)));
-        self.svc.health.want_scratch(needed);
-        tracing::warn!(stage = failure.stage.as_str(), error = %failure.error, free = space.free,
-            needed, "failed with the scratch file system full: a fault of this pod");
         Failure {
             stage: failure.stage,
-            error: JobError::ScratchFull {
-                free: space.free,
-                needed,
-                cause: failure.error.to_string(),
-            },
+            error: failure.error.in_scratch(verdict),
         }
     }
 
@@ -565,7 +527,7 @@ impl JobRunner {
         };
         let mut media_job = svc.settings.media_job(profile, req.media_type);
         media_job.part = match role {
-            As::Request if self.dispatch.is_some() => Part::Plan,
+            As::Request if self.dispatch().is_some() => Part::Plan,
             As::Unit { unit, .. } => Part::Unit(unit.clone()),
             As::Audio { .. } => Part::Audio,
             _ => Part::Whole,

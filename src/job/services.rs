@@ -69,7 +69,10 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
         None => None,
     };
     Ok(Services {
-        admission: Arc::new(scratch::Admission::new(&settings.worker.tmp_dir)),
+        admission: Arc::new(scratch::Admission::new(
+            &settings.worker.tmp_dir,
+            settings.worker.min_scratch_free_bytes,
+        )),
         scanner,
         tokens,
         worker: worker_info(&settings),

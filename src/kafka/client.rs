@@ -19,11 +19,12 @@ fn client_config(settings: &KafkaSettings, defaults: &[(&str, &str)]) -> ClientC
     c
 }
 
-pub fn consumer_config(settings: &KafkaSettings) -> ClientConfig {
+/// A member of `group` (the request group, or the unit topic's own).
+pub fn consumer_config(settings: &KafkaSettings, group: &str) -> ClientConfig {
     let mut c = client_config(
         settings,
         &[
-            ("group.id", settings.group_id.as_str()),
+            ("group.id", group),
             // Offsets are committed by us, only for finished work (see offsets.rs).
             ("enable.auto.commit", "false"),
             ("enable.auto.offset.store", "false"),
@@ -43,6 +44,7 @@ pub fn consumer_config(settings: &KafkaSettings) -> ClientConfig {
             ("statistics.interval.ms", "5000"),
         ],
     );
+    // Static membership is per group: the same instance id serves in both.
     if let Some(id) = &settings.group_instance_id {
         c.set("group.instance.id", id);
     }

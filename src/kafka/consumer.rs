@@ -40,7 +40,19 @@
 //!   the time it is given: with the group coordinator down neither can complete, and the pod
 //!   must still exit before its grace period ends. What is not committed by then is
 //!   redelivered.
+//!
+//! # Two groups
+//! A worker with a unit topic runs two of these consumers, each a [`Lane`]: the request topic
+//! in the worker's group, the unit topic in a group of its own (`kafka.unit_group_id`). One
+//! group over both topics left the split to the assignor: KIP-848's default (`uniform`)
+//! balances partitions per member, not per topic, and gave one of two members all four
+//! request partitions and the other all four unit partitions, so one member encoded every unit
+//! of a video (two workers measured 1.00x one). In a group of one topic, every member gets its
+//! share of that topic whatever the assignor and protocol. Units count against the request
+//! lane's bound as well as their own ([`Bound`]); each lane commits, pauses and drains on
+//! revoke by itself.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -66,7 +78,50 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Consumer-queue polls per turn of the loop (an empty poll costs about 0.1 µs).
 const EVENTS_PER_TURN: usize = 32;
 
-/// A request message, owned, as the worker sees it.
+/// Which topic a consumer takes, in which group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// The request topic, in `kafka.group_id`.
+    Requests,
+    /// The unit topic, in its own group (`KafkaSettings::unit_group`).
+    Units,
+}
+
+impl Lane {
+    /// The lane's (topic, group); `None` for the unit lane without a unit topic.
+    pub fn subscription(self, settings: &KafkaSettings) -> Option<(String, String)> {
+        match self {
+            Lane::Requests => Some((settings.request_topic.clone(), settings.group_id.clone())),
+            Lane::Units => settings
+                .unit_topic()
+                .map(|t| (t.to_owned(), settings.unit_group())),
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Lane::Requests => "requests",
+            Lane::Units => "units",
+        }
+    }
+}
+
+/// How many messages a lane may hold unfinished.
+#[derive(Debug, Clone)]
+pub struct Bound {
+    pub max_in_flight: usize,
+    /// This lane's unfinished messages, kept current for another lane to count.
+    pub count: Arc<AtomicUsize>,
+    /// Another lane's unfinished messages, counted against this bound too (the request lane
+    /// counts the units: they hold permits as requests do).
+    pub beside: Option<Arc<AtomicUsize>>,
+}
+
+/// A message, owned, as the worker sees it.
 #[derive(Debug)]
 pub struct Delivery {
     pub topic: String,
@@ -76,6 +131,17 @@ pub struct Delivery {
     pub payload: Option<Vec<u8>>,
     pub traceparent: Option<String>,
     pub token: OffsetToken,
+    /// The lane it came through.
+    pub lane: Lane,
+    acker: Acker,
+}
+
+impl Delivery {
+    /// The message's work is done (its response published, or nothing to answer): its offset
+    /// may be committed, by the consumer it came from.
+    pub fn finished(&self) {
+        self.acker.finished(self.token.clone());
+    }
 }
 
 enum Command {
@@ -88,7 +154,7 @@ enum Command {
 }
 
 /// Reports finished messages to the poll thread.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Acker(Sender<Command>);
 
 impl Acker {
@@ -111,6 +177,7 @@ struct LoopState {
 }
 
 struct SourceContext {
+    lane: Lane,
     state: Mutex<LoopState>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
@@ -129,7 +196,10 @@ impl ClientContext for SourceContext {
     fn stats(&self, stats: Statistics) {
         let up = stats.brokers.values().any(|b| b.state == "UP");
         self.health.set_broker_up(up);
-        let lag = &self.metrics.consumer_lag;
+        let lag = match self.lane {
+            Lane::Requests => &self.metrics.consumer_lag,
+            Lane::Units => &self.metrics.unit_lag,
+        };
         // Only what is assigned now: revoked partitions disappear from the gauge.
         lag.reset();
         let mut total = 0;
@@ -152,7 +222,10 @@ impl ClientContext for SourceContext {
                 total += behind;
             }
         }
-        self.metrics.set_lag_total(total);
+        // The backlog estimate weighs requests by the mean job; units are its own work.
+        if self.lane == Lane::Requests {
+            self.metrics.set_lag_total(total);
+        }
     }
 }
 
@@ -192,7 +265,7 @@ impl ConsumerContext for SourceContext {
             }
         }
         self.health
-            .set_commit_failures(st.tracker.commit_failures());
+            .set_commit_failures(self.lane.index(), st.tracker.commit_failures());
         if !failed.is_empty() || result.is_err() {
             self.metrics.commit_failures.inc();
             tracing::warn!(result = ?result, ?failed, "offset commit failed; sent again at the next commit");
@@ -274,7 +347,7 @@ impl SourceContext {
                 st.tracker.commit_result(tp, *pos, result.is_ok());
             }
             self.health
-                .set_commit_failures(st.tracker.commit_failures());
+                .set_commit_failures(self.lane.index(), st.tracker.commit_failures());
         }
         if let Err(e) = result {
             self.metrics.commit_failures.inc();
@@ -295,7 +368,9 @@ impl SourceContext {
             }
         }
         st.paused = pause;
-        self.metrics.paused.set(pause as i64);
+        if self.lane == Lane::Requests {
+            self.metrics.paused.set(pause as i64);
+        }
     }
 
     fn on_revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
@@ -329,13 +404,14 @@ impl SourceContext {
         }
         // A partition whose commits failed may be gone with them.
         self.health
-            .set_commit_failures(st.tracker.commit_failures());
+            .set_commit_failures(self.lane.index(), st.tracker.commit_failures());
         st.reassigned = true;
         // One line per partition, with typed fields (the fleet tests read ownership from them).
         for (topic, partition) in &revoked {
             tracing::info!(
                 topic,
                 partition,
+                lane = self.lane.name(),
                 still_running = abandoned,
                 "partition revoked"
             );
@@ -362,10 +438,18 @@ impl SourceContext {
             tracing::warn!(error = %e, paused = st.paused, "pause state of new partitions");
         }
         if let Ok(a) = consumer.assignment() {
-            self.metrics.assigned_partitions.set(a.count() as i64);
+            match self.lane {
+                Lane::Requests => self.metrics.assigned_partitions.set(a.count() as i64),
+                Lane::Units => self.metrics.unit_partitions.set(a.count() as i64),
+            }
         }
         for (topic, partition) in &assigned {
-            tracing::info!(topic, partition, "partition assigned");
+            tracing::info!(
+                topic,
+                partition,
+                lane = self.lane.name(),
+                "partition assigned"
+            );
         }
     }
 }
@@ -405,11 +489,8 @@ pub struct KafkaSource {
 }
 
 struct LoopConfig {
-    max_in_flight: usize,
-    /// The job permits: unit tasks get fewer (see [`Flow`]).
-    pool: usize,
-    /// Where unit tasks come from, if anywhere.
-    unit_topic: Option<String>,
+    lane: Lane,
+    bound: Bound,
     /// The longest sleep without a wake.
     safety_poll: Duration,
     group_protocol: GroupProtocol,
@@ -419,20 +500,24 @@ struct LoopConfig {
 }
 
 impl KafkaSource {
-    /// Subscribes to the request topic (and the unit topic) and starts polling, with at most
-    /// `max_in_flight` messages dispatched and unfinished, unit tasks fewer than `pool`.
-    /// Deliveries arrive on the receiver.
+    /// Subscribes `lane`'s topic in its group and starts polling, with at most `bound`
+    /// messages dispatched and unfinished. Deliveries arrive on the receiver, each with what
+    /// acknowledges it. `None` for the unit lane of a worker without a unit topic.
     pub fn start(
         settings: &KafkaSettings,
-        max_in_flight: usize,
-        pool: usize,
+        lane: Lane,
+        bound: Bound,
         scratch_dir: std::path::PathBuf,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
-    ) -> KafkaResult<(KafkaSource, Acker, UnboundedReceiver<Delivery>)> {
+    ) -> KafkaResult<Option<(KafkaSource, UnboundedReceiver<Delivery>)>> {
+        let Some((topic, group)) = lane.subscription(settings) else {
+            return Ok(None);
+        };
         let (cmd_tx, cmd_rx) = std::sync::mpsc::channel();
         let (ev_tx, ev_rx) = tokio::sync::mpsc::unbounded_channel();
         let context = SourceContext {
+            lane,
             state: Mutex::new(LoopState {
                 tracker: OffsetTracker::default(),
                 commands: cmd_rx,
@@ -447,33 +532,37 @@ impl KafkaSource {
             revoke_drain: Duration::from_secs(settings.revoke_drain_secs),
         };
         let mut consumer: BaseConsumer<SourceContext> =
-            super::client::consumer_config(settings).create_with_context(context)?;
+            super::client::consumer_config(settings, &group).create_with_context(context)?;
         consumer.set_nonempty_callback(waker(&cmd_tx));
-        let mut topics = vec![settings.request_topic.as_str()];
-        topics.extend(settings.unit_topic());
-        consumer.subscribe(&topics)?;
+        consumer.subscribe(&[&topic])?;
         let cmd_wake = cmd_tx.clone();
         let cfg = LoopConfig {
-            max_in_flight: max_in_flight.max(1),
-            pool,
-            unit_topic: settings.unit_topic().map(str::to_owned),
+            lane,
+            bound: Bound {
+                max_in_flight: bound.max_in_flight.max(1),
+                ..bound
+            },
             safety_poll: Duration::from_millis(settings.safety_poll_ms),
             group_protocol: settings.group_protocol,
             commit_interval: Duration::from_millis(settings.commit_interval_ms),
             scratch_dir,
         };
+        let out = Dispatcher {
+            events: ev_tx,
+            acker: Acker(cmd_tx.clone()),
+            lane,
+        };
         let thread = std::thread::Builder::new()
-            .name("kafka-poll".into())
-            .spawn(move || poll_loop(Arc::new(consumer), ev_tx, cfg, cmd_wake))
+            .name(format!("kafka-{}", lane.name()))
+            .spawn(move || poll_loop(Arc::new(consumer), out, cfg, cmd_wake))
             .expect("spawn poll thread");
-        Ok((
+        Ok(Some((
             KafkaSource {
-                commands: cmd_tx.clone(),
+                commands: cmd_tx,
                 thread: Some(thread),
             },
-            Acker(cmd_tx),
             ev_rx,
-        ))
+        )))
     }
 
     /// Stops taking new messages; in-flight ones can still finish and commit.
@@ -515,6 +604,8 @@ type Queues = Vec<(Tp, PartitionQueue<SourceContext>)>;
 /// What the loop does with each polled message.
 struct Dispatcher {
     events: UnboundedSender<Delivery>,
+    acker: Acker,
+    lane: Lane,
 }
 
 impl Dispatcher {
@@ -537,6 +628,8 @@ impl Dispatcher {
             payload: m.payload().map(<[u8]>::to_vec),
             traceparent: traceparent(m),
             token,
+            lane: self.lane,
+            acker: self.acker.clone(),
         };
         if self.events.send(d).is_err() {
             ctx.state.lock().unwrap().stopping = true;
@@ -557,22 +650,16 @@ fn split_queues(consumer: &Consumer, assigned: Vec<Tp>, wake: &Sender<Command>) 
         .collect()
 }
 
-fn poll_loop(
-    consumer: Consumer,
-    events: UnboundedSender<Delivery>,
-    cfg: LoopConfig,
-    wake: Sender<Command>,
-) {
+fn poll_loop(consumer: Consumer, out: Dispatcher, cfg: LoopConfig, wake: Sender<Command>) {
     let ctx = consumer.context().clone();
-    let out = Dispatcher { events };
     let mut queues: Queues = Vec::new();
-    let mut flow = Flow::new(
-        cfg.max_in_flight,
-        cfg.pool,
-        cfg.commit_interval,
-        Instant::now(),
-    );
-    let is_unit = |tp: &Tp| cfg.unit_topic.as_deref() == Some(tp.0.as_str());
+    let mut flow = Flow::new(cfg.bound.max_in_flight, cfg.commit_interval, Instant::now());
+    let beside = || {
+        cfg.bound
+            .beside
+            .as_ref()
+            .map_or(0, |b| b.load(Ordering::Relaxed))
+    };
     let mut intake_blocker = None;
     loop {
         // Serve the consumer's queue: rebalances run their callbacks in here. A message can
@@ -594,6 +681,7 @@ fn poll_loop(
             tracing::error!(
                 %code,
                 reason,
+                lane = cfg.lane.name(),
                 group_protocol = ?cfg.group_protocol,
                 "consumer fatal error; the consumer group protocol needs Apache Kafka 4.0 or \
                  later (KAFKA_GROUP_PROTOCOL=classic works with every broker)"
@@ -611,12 +699,15 @@ fn poll_loop(
                 let assigned = st.tracker.partitions().cloned().collect();
                 queues = split_queues(&consumer, assigned, &wake);
             }
-            let in_flight = st.tracker.in_flight();
+            let own = st.tracker.in_flight();
+            cfg.bound.count.store(own, Ordering::Relaxed);
+            let in_flight = own + beside();
             let blocker = ctx.health.intake_blocker(&cfg.scratch_dir);
             if blocker != intake_blocker {
+                let lane = cfg.lane.name();
                 match blocker {
-                    Some(reason) => tracing::warn!(reason, "not ready: intake paused"),
-                    None => tracing::info!("ready again: intake resumed"),
+                    Some(reason) => tracing::warn!(reason, lane, "not ready: intake paused"),
+                    None => tracing::info!(lane, "ready again: intake resumed"),
                 }
                 intake_blocker = blocker;
             }
@@ -624,12 +715,6 @@ fn poll_loop(
                 stopping: st.stopping,
                 sick: blocker.is_some(),
                 paused: st.paused,
-                units_in_flight: st
-                    .tracker
-                    .partitions()
-                    .filter(|tp| is_unit(tp))
-                    .map(|tp| st.tracker.in_flight_on(tp))
-                    .sum(),
             };
             let turn = flow.turn(Instant::now(), in_flight, state);
             if let Some(pause) = turn.pause {
@@ -640,22 +725,15 @@ fn poll_loop(
             }
             turn
         };
-        // Take messages round-robin over the partitions, up to the bound; unit tasks up to
-        // their own.
-        let (mut room, mut unit_room) = (turn.room, turn.unit_room);
+        // Take messages round-robin over the partitions, up to the bound.
+        let mut room = turn.room;
         let mut idle = 0;
         while room > 0 && idle < queues.len() {
-            let (tp, queue) = &queues[flow.next_queue(queues.len())];
-            let unit = is_unit(tp);
-            if unit && unit_room == 0 {
-                idle += 1;
-                continue;
-            }
+            let (_, queue) = &queues[flow.next_queue(queues.len())];
             match queue.poll(Duration::ZERO) {
                 Some(Ok(m)) => {
                     out.dispatch(&ctx, &m);
                     room -= 1;
-                    unit_room -= usize::from(unit);
                     idle = 0;
                 }
                 Some(Err(e)) => tracing::warn!(error = %e, "consumer error"),
@@ -664,6 +742,9 @@ fn poll_loop(
         }
         // Sleep until an ack, a command or a librdkafka queue wakes us.
         let mut st = ctx.state.lock().unwrap();
+        cfg.bound
+            .count
+            .store(st.tracker.in_flight(), Ordering::Relaxed);
         match st.commands.recv_timeout(cfg.safety_poll) {
             Ok(cmd) => SourceContext::apply(&mut st, cmd),
             Err(RecvTimeoutError::Timeout) => {}

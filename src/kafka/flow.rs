@@ -1,19 +1,20 @@
 //! The poll thread's intake decisions, free of librdkafka so that they can be unit-tested:
 //! whether the assigned partitions should be paused or resumed, whether the periodic commit is
 //! due, how many messages may be taken this turn, and from which partition queue next (see the
-//! protocol in `consumer`).
+//! protocol in `consumer`). Each consumer of a worker (the request lane, the unit lane) has a
+//! [`Flow`] of its own.
 //!
-//! Fairness between a long video's units and everything else: unit tasks (the unit topic) may
-//! fill at most `unit_slots` of the in-flight bound, one less than the pool (at least one), and
-//! the rest of the bound stays open to requests. A fanned-out video queues dozens of units on
-//! every member; taken like requests, they would fill every permit and the permit queue, and
-//! an image sent meanwhile would wait behind minutes of units. Capped, a pod with two or more
-//! permits always has one free for a request, and a one-permit pod's one unit-topic task runs
-//! on a lane of its own beside that permit (`Settings::parts_lane`): an image never waits for
-//! a unit (with one permit, it waited for the unit in hand, 15-30 s at 1080p: 38x its idle
-//! p95). Those tasks run at a lower CPU priority (`job::runner::PART_NICE`), so a request
-//! beside one gets most of a contended core. Units are not starved either: they take their slots
-//! whatever the request load.
+//! Fairness between a long video's units and everything else: the unit lane may hold at most
+//! [`unit_slots`] tasks unfinished, one less than the pool (at least one), and they count
+//! against the request lane's bound too, so the rest of it stays open to requests. A
+//! fanned-out video queues dozens of units on every member; taken like requests, they would
+//! fill every permit and the permit queue, and an image sent meanwhile would wait behind
+//! minutes of units. Capped, a pod with two or more permits always has one free for a request,
+//! and a one-permit pod's one unit-topic task runs on a lane of its own beside that permit
+//! (`Settings::parts_lane`): an image never waits for a unit (with one permit, it waited for
+//! the unit in hand, 15-30 s at 1080p: 38x its idle p95). Those tasks run at a lower CPU
+//! priority (`job::runner::PART_NICE`), so a request beside one gets most of a contended core.
+//! Units are not starved either: their lane takes its slots whatever the request load.
 
 use std::time::{Duration, Instant};
 
@@ -24,8 +25,6 @@ pub const PAUSE_AFTER: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct Flow {
     max_in_flight: usize,
-    /// At most this many unit tasks unfinished.
-    unit_slots: usize,
     commit_interval: Duration,
     /// Since when `max_in_flight` messages have been unfinished.
     saturated_since: Option<Instant>,
@@ -42,8 +41,6 @@ pub struct Intake {
     pub sick: bool,
     /// The partitions are paused now.
     pub paused: bool,
-    /// Unit tasks among the unfinished messages.
-    pub units_in_flight: usize,
 }
 
 /// What one turn of the poll loop does.
@@ -55,16 +52,20 @@ pub struct Turn {
     pub commit: bool,
     /// How many messages may be taken from the partition queues.
     pub room: usize,
-    /// How many of them may be unit tasks.
-    pub unit_room: usize,
+}
+
+/// The unit lane's bound for a pool of `pool` permits: one less (at least one), so that a
+/// request always finds a permit (a one-permit pod runs its unit beside it).
+pub fn unit_slots(pool: usize) -> usize {
+    pool.saturating_sub(1).max(1)
 }
 
 impl Flow {
-    /// `pool`: the job permits; unit tasks get one less (at least one).
-    pub fn new(max_in_flight: usize, pool: usize, commit_interval: Duration, now: Instant) -> Flow {
+    /// At most `max_in_flight` messages unfinished (counted by the caller, with whatever else
+    /// counts against this bound).
+    pub fn new(max_in_flight: usize, commit_interval: Duration, now: Instant) -> Flow {
         Flow {
             max_in_flight,
-            unit_slots: pool.saturating_sub(1).max(1),
             commit_interval,
             saturated_since: None,
             last_commit: now,
@@ -84,7 +85,6 @@ impl Flow {
             stopping,
             sick,
             paused,
-            units_in_flight,
         } = state;
         if in_flight < self.max_in_flight {
             self.saturated_since = None;
@@ -110,7 +110,6 @@ impl Flow {
             pause,
             commit,
             room,
-            unit_room: room.min(self.unit_slots.saturating_sub(units_in_flight)),
         }
     }
 
@@ -133,7 +132,6 @@ mod tests {
             stopping,
             sick: false,
             paused,
-            units_in_flight: 0,
         }
     }
 
@@ -144,7 +142,7 @@ mod tests {
     #[test]
     fn the_bound_stops_intake_at_once_and_pauses_only_if_it_holds() {
         let t0 = Instant::now();
-        let mut f = Flow::new(4, 2, COMMIT, t0);
+        let mut f = Flow::new(4, COMMIT, t0);
         let free = f.turn(t0, 1, at_state(false, false));
         assert_eq!((free.pause, free.room), (None, 3));
         // At the bound: nothing taken, not paused yet (the prefetch is kept).
@@ -156,7 +154,7 @@ mod tests {
         let stuck = f.turn(at(t0, 1010), 4, at_state(false, false));
         assert_eq!((stuck.pause, stuck.room), (Some(true), 0));
         // A dip below the bound restarts the clock.
-        let mut f = Flow::new(4, 2, COMMIT, t0);
+        let mut f = Flow::new(4, COMMIT, t0);
         f.turn(t0, 4, at_state(false, false));
         f.turn(at(t0, 600), 3, at_state(false, false));
         assert_eq!(f.turn(at(t0, 1100), 4, at_state(false, false)).pause, None);
@@ -165,7 +163,7 @@ mod tests {
     #[test]
     fn paused_partitions_resume_once_half_the_bound_is_free() {
         let t0 = Instant::now();
-        let mut f = Flow::new(4, 2, COMMIT, t0);
+        let mut f = Flow::new(4, COMMIT, t0);
         f.turn(t0, 4, at_state(false, false));
         assert_eq!(
             f.turn(at(t0, 1000), 4, at_state(false, false)).pause,
@@ -182,7 +180,7 @@ mod tests {
     #[test]
     fn stopping_pauses_and_takes_nothing_whatever_the_count() {
         let t0 = Instant::now();
-        let mut f = Flow::new(4, 2, COMMIT, t0);
+        let mut f = Flow::new(4, COMMIT, t0);
         let stop = f.turn(t0, 0, at_state(true, false));
         assert_eq!((stop.pause, stop.room), (Some(true), 0));
         let after = f.turn(at(t0, 10), 0, at_state(true, true));
@@ -192,7 +190,7 @@ mod tests {
     #[test]
     fn a_sick_pod_stops_intake_at_once_and_resumes_when_well() {
         let t0 = Instant::now();
-        let mut f = Flow::new(4, 2, COMMIT, t0);
+        let mut f = Flow::new(4, COMMIT, t0);
         let sick = Intake {
             sick: true,
             ..Intake::default()
@@ -215,7 +213,7 @@ mod tests {
     #[test]
     fn commits_come_once_per_interval() {
         let t0 = Instant::now();
-        let mut f = Flow::new(4, 2, COMMIT, t0);
+        let mut f = Flow::new(4, COMMIT, t0);
         assert!(!f.turn(at(t0, 500), 0, at_state(false, false)).commit);
         assert!(f.turn(at(t0, 1000), 0, at_state(false, false)).commit);
         assert!(!f.turn(at(t0, 1500), 0, at_state(false, false)).commit);
@@ -224,11 +222,11 @@ mod tests {
 
     #[test]
     fn queues_are_served_in_turn_and_a_shorter_list_after_a_revoke_wraps() {
-        let mut f = Flow::new(4, 2, COMMIT, Instant::now());
+        let mut f = Flow::new(4, COMMIT, Instant::now());
         let order: Vec<usize> = (0..6).map(|_| f.next_queue(3)).collect();
         assert_eq!(order, [1, 2, 0, 1, 2, 0]);
         // Two of four partitions revoked while the index pointed at the last one.
-        let mut f = Flow::new(4, 2, COMMIT, Instant::now());
+        let mut f = Flow::new(4, COMMIT, Instant::now());
         for _ in 0..3 {
             f.next_queue(4);
         }
@@ -238,22 +236,13 @@ mod tests {
 
     #[test]
     fn units_leave_a_permit_to_requests() {
+        // A pool of 3: two units at most; of one or two, one (a one-permit pod runs it on its
+        // parts lane, beside the permit).
+        assert_eq!([1, 2, 3, 8].map(unit_slots), [1, 1, 2, 7]);
+        // The unit lane is a Flow of that bound: at it, it takes nothing more.
         let t0 = Instant::now();
-        let units = |n| Intake {
-            units_in_flight: n,
-            ..Intake::default()
-        };
-        // A pool of 3: two units at most, whatever room the bound leaves.
-        let mut f = Flow::new(6, 3, COMMIT, t0);
-        assert_eq!(f.turn(t0, 0, units(0)).unit_room, 2);
-        let t = f.turn(t0, 3, units(2));
-        assert_eq!((t.room, t.unit_room), (3, 0));
-        // The room is the bound's: never more units than messages.
-        assert_eq!(f.turn(t0, 5, units(1)).unit_room, 1);
-        // A pool of one still takes units, one at a time.
-        let mut one = Flow::new(2, 1, COMMIT, t0);
-        assert_eq!(one.turn(t0, 0, units(0)).unit_room, 1);
-        let t = one.turn(t0, 1, units(1));
-        assert_eq!((t.room, t.unit_room), (1, 0));
+        let mut units = Flow::new(unit_slots(3), COMMIT, t0);
+        assert_eq!(units.turn(t0, 0, Intake::default()).room, 2);
+        assert_eq!(units.turn(t0, 2, Intake::default()).room, 0);
     }
 }

@@ -9,6 +9,6 @@ pub mod offsets;
 pub mod producer;
 pub mod settings;
 
-pub use consumer::{Acker, Delivery, KafkaSource};
+pub use consumer::{Acker, Bound, Delivery, KafkaSource, Lane};
 pub use producer::Publisher;
 pub use settings::{GroupProtocol, KafkaSettings};

@@ -23,6 +23,7 @@
 //! A delivery report carrying an error is a failed attempt, not a publish. When the idempotent
 //! producer hits a fatal error (it can then send nothing more), it is replaced by a new one.
 
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -415,26 +416,75 @@ impl BestEffort {
     }
 }
 
-/// A long video's unit tasks (`kafka.unit_topic`): each acknowledged by the broker before `send` returns,
-/// with the responses' durability (idempotent, all replicas).
+/// A long video's unit tasks (`kafka.unit_topic`): each acknowledged by the broker before `send`
+/// returns, with the responses' durability (idempotent, all replicas). Parts go to the topic's
+/// partitions the caller chooses (`units::Task::place`), so that the unit group's members get
+/// equal shares.
+/// The topic is never created by sending to it (a broker with `auto.create.topics.enable`
+/// would make it with its default partition count): [`TaskSender::check`] asks whether it
+/// exists and how many partitions it has.
 pub struct TaskSender {
     producer: FutureProducer,
     topic: String,
+    /// The topic's partitions: 0 while it is missing, -1 before the first answer.
+    partitions: AtomicI32,
 }
+
+/// How long [`TaskSender::check`] waits for the broker.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl TaskSender {
     pub fn new(settings: &KafkaSettings, topic: &str) -> KafkaResult<TaskSender> {
+        let mut config = super::client::producer_config(settings);
+        config.set("allow.auto.create.topics", "false");
         Ok(TaskSender {
-            producer: super::client::producer_config(settings).create()?,
+            producer: config.create()?,
             topic: topic.to_owned(),
+            partitions: AtomicI32::new(-1),
         })
     }
-}
 
-impl TaskSender {
-    /// One task, acknowledged by the broker (or failed) within 30 s.
-    pub async fn send(&self, key: &str, payload: &[u8]) -> Result<(), KafkaError> {
-        let record = FutureRecord::to(&self.topic).key(key).payload(payload);
+    /// Asks the broker for the topic (blocking, up to 10 s): `Some(exists)`, or `None` when
+    /// the broker did not answer (what was known stays).
+    pub fn check(&self) -> Option<bool> {
+        let metadata = self
+            .producer
+            .client()
+            .fetch_metadata(Some(&self.topic), METADATA_TIMEOUT);
+        let count = match &metadata {
+            Ok(m) => m
+                .topics()
+                .iter()
+                .find(|t| t.name() == self.topic && t.error().is_none())
+                .map_or(0, |t| t.partitions().len() as i32),
+            Err(e) => {
+                tracing::warn!(topic = %self.topic, error = %e, "unit topic metadata unavailable");
+                return None;
+            }
+        };
+        self.partitions.store(count, Ordering::Relaxed);
+        Some(count > 0)
+    }
+
+    /// Whether the topic may be sent to: it exists, or no answer came yet.
+    pub fn available(&self) -> bool {
+        self.partitions.load(Ordering::Relaxed) != 0
+    }
+
+    /// One task, acknowledged by the broker (or failed) within 30 s; to the partition
+    /// `partition` picks among the topic's count when given and the count is known, else by
+    /// its key.
+    pub async fn send(
+        &self,
+        key: &str,
+        partition: Option<impl FnOnce(u32) -> u32>,
+        payload: &[u8],
+    ) -> Result<(), KafkaError> {
+        let mut record = FutureRecord::to(&self.topic).key(key).payload(payload);
+        let partitions = self.partitions.load(Ordering::Relaxed);
+        if let Some(pick) = partition.filter(|_| partitions > 0) {
+            record = record.partition(pick(partitions as u32) as i32);
+        }
         self.producer
             .send(record, Timeout::After(Duration::from_secs(30)))
             .await

@@ -39,10 +39,15 @@ pub struct KafkaSettings {
     /// Where long jobs publish progress events (unset or empty: none are published).
     #[serde(default)]
     pub progress_topic: Option<String>,
-    /// Where long videos' units go, consumed by the same group (unset or empty: a long video's
-    /// units are encoded one after another by the worker that took it; see `crate::units`).
+    /// Where long videos' units go (unset or empty: a long video's units are encoded one after
+    /// another by the worker that took it; see `crate::units`).
     #[serde(default)]
     pub unit_topic: Option<String>,
+    /// The consumer group of the unit topic (unset or empty: `{group_id}.units`). A group of its
+    /// own, so that the unit topic's partitions are shared among the members by themselves,
+    /// whatever the assignor (see `kafka::consumer`, "Two groups").
+    #[serde(default)]
+    pub unit_group_id: Option<String>,
     /// A job publishes progress once it has run this long (short jobs publish none)...
     pub progress_delay_secs: u64,
     /// ...then whenever it has advanced by this fraction of the job...
@@ -104,6 +109,15 @@ impl KafkaSettings {
     pub fn unit_topic(&self) -> Option<&str> {
         self.unit_topic.as_deref().filter(|t| !t.is_empty())
     }
+
+    /// The consumer group that takes the unit topic: `kafka.unit_group_id`, or the request
+    /// group's id with `.units` after it.
+    pub fn unit_group(&self) -> String {
+        match self.unit_group_id.as_deref().filter(|g| !g.is_empty()) {
+            Some(g) => g.to_owned(),
+            None => format!("{}.units", self.group_id),
+        }
+    }
 }
 
 impl Section for KafkaSettings {
@@ -125,6 +139,11 @@ impl Section for KafkaSettings {
                 ),
             ));
         }
+        ensure(
+            self.unit_topic().is_none() || self.unit_group() != self.group_id,
+            "unit_group_id",
+            "must differ from group_id: the unit topic needs a group of its own",
+        )?;
         ensure(
             self.progress_step > 0.0 && self.progress_step <= 1.0,
             "progress_step",

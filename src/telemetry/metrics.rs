@@ -28,6 +28,9 @@ pub struct Metrics {
     pub paused: IntGauge,
     pub assigned_partitions: IntGauge,
     pub consumer_lag: IntGaugeVec,
+    /// The unit topic's partitions assigned to this member (its own group).
+    pub unit_partitions: IntGauge,
+    pub unit_lag: IntGaugeVec,
     /// Sum of `consumer_lag` (for the backlog estimate).
     lag_total: AtomicI64,
     /// Recent mean job wall time in seconds, as f64 bits (see `job_finished`).
@@ -160,6 +163,22 @@ impl Metrics {
                     Opts::new(
                         name("kafka_consumer_lag"),
                         "Messages behind the end of each assigned request partition (from \
+                         librdkafka statistics, every 5 s)",
+                    ),
+                    &["partition"],
+                )
+                .unwrap(),
+            ),
+            unit_partitions: gauge(
+                "kafka_unit_partitions",
+                "Unit-topic partitions assigned to this member (in the unit topic's own group)",
+            ),
+            unit_lag: reg(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        name("kafka_unit_lag"),
+                        "Unit tasks behind the end of each assigned unit-topic partition (from \
                          librdkafka statistics, every 5 s)",
                     ),
                     &["partition"],

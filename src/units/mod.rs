@@ -1,7 +1,8 @@
 //! A long video through the whole fleet: a plan of units, each unit a short job of its own on
 //! any worker, and one stitch. The media side (what a plan, a unit and the stitch make) is
 //! `media::video::units`; this room is the protocol, which rides on storage records and a Kafka
-//! topic of its own (`kafka.unit_topic`), consumed by the same workers in the same group.
+//! topic of its own (`kafka.unit_topic`), consumed by the same workers in a group of its own
+//! (`kafka.unit_group_id`: every member gets a share of the units whatever the assignor).
 //!
 //! 1. **Plan.** The worker that takes a request for a video longer than the profile's
 //!    `units_after_secs` runs its media job as `Part::Plan`: probe, plan (the units, the bytes
@@ -10,9 +11,10 @@
 //!    `Part::Index` names the rest (the first packets; `media::video::reads`). It stores the
 //!    plan ([`store`], under a key derived from the source version and the profile's
 //!    fingerprint), then sends to the unit topic a task for the audio and one per unit that has
-//!    no record yet, keyed `{plan_id}/audio` and `{plan_id}/{index}` so that they spread over
-//!    the partitions. Then its request is done: its offset commits with no response yet. The
-//!    plan and the tasks are durable before that commit, so a crash before it redelivers the
+//!    no record yet, keyed `{plan_id}/audio` and `{plan_id}/{index}` and sent to the partitions
+//!    in turn ([`Task::place`]), so that they spread evenly over the group's members. Then its
+//!    request is done: its offset commits with no response yet. The plan and the tasks are
+//!    durable before that commit, so a crash before it redelivers the
 //!    request, which finds the same plan and re-issues only the parts without a record.
 //! 2. **Audio.** A task like a unit (below), sent first: loudness measured over the whole
 //!    program, then the audio encoded and normalised once (`Part::Audio`, from the audio's
@@ -109,6 +111,21 @@ impl Task {
         self.unit.is_none() && !self.audio
     }
 
+    /// Where the task goes among the unit topic's partitions. Units in turn (unit `i` to the
+    /// `i`th, modulo their count): a key's hash put 30 units 18 and 12 on two members as
+    /// often as not, and the one with 18 set the video's time. The audio to the last, the
+    /// farthest from unit 0's first: the two make the stream playable, and a group of two
+    /// splits four partitions 0-1 / 2-3 (measured under the consumer protocol) or 0-2 / 1-3,
+    /// so they run on two members at once rather than one after the other. The stitch goes by
+    /// its key (all of a plan's stitches to one partition, see [`Stitches`]).
+    pub fn place(&self) -> Option<Place> {
+        match (self.unit, self.audio) {
+            (Some(i), _) => Some(Place::Nth(i)),
+            (None, true) => Some(Place::Last),
+            (None, false) => None,
+        }
+    }
+
     /// `{plan_id}/{index}`: one video's units over many partitions; `{plan_id}/audio`; the
     /// stitch `{plan_id}`.
     pub fn key(&self) -> String {
@@ -116,6 +133,24 @@ impl Task {
             (Some(i), _) => format!("{}/{i}", self.plan.id()),
             (None, true) => format!("{}/audio", self.plan.id()),
             (None, false) => self.plan.id().to_owned(),
+        }
+    }
+}
+
+/// A task's partition of the unit topic ([`Task::place`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// The `n`th, modulo the partitions.
+    Nth(u32),
+    Last,
+}
+
+impl Place {
+    /// The partition among `partitions` (> 0).
+    pub fn among(self, partitions: u32) -> u32 {
+        match self {
+            Place::Nth(n) => n % partitions,
+            Place::Last => partitions - 1,
         }
     }
 }
@@ -180,11 +215,33 @@ impl Drop for Stitching<'_> {
 #[async_trait]
 pub trait Dispatch: Send + Sync {
     async fn send(&self, task: &Task) -> Result<(), String>;
+
+    /// Whether tasks can be sent now (the unit topic exists); when not, a long video is
+    /// encoded by the worker that takes it, as without a unit topic.
+    fn available(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn units_go_to_the_partitions_in_turn_and_the_audio_to_the_last() {
+        let plan = PlanRef {
+            bucket: "media".into(),
+            prefix: "u/videos/m/units/0123456789abcdef/".into(),
+        };
+        let on = |t: Task, n| t.place().map(|p| p.among(n));
+        let units: Vec<_> = (0..9).map(|i| on(Task::unit(&plan, i), 4)).collect();
+        assert_eq!(units, [0, 1, 2, 3, 0, 1, 2, 3, 0].map(Some));
+        // Unit 0 and the audio on two members whether a group of two splits 0-1 / 2-3 or
+        // 0-2 / 1-3.
+        assert_eq!(on(Task::audio(&plan), 4), Some(3));
+        assert_eq!(on(Task::audio(&plan), 1), Some(0));
+        assert_eq!(on(Task::stitch(&plan), 4), None, "by its key");
+    }
 
     #[test]
     fn each_part_has_a_key_of_its_own_and_a_task_without_the_audio_field_is_the_stitch() {

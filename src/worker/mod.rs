@@ -9,6 +9,7 @@ mod task;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -18,7 +19,9 @@ use crate::api;
 use crate::health::watch_storage;
 use crate::http::ops::{self, HttpState};
 use crate::job::{JobRunner, Services};
-use crate::kafka::{Delivery, KafkaSource, Publisher};
+use crate::kafka::flow::unit_slots;
+use crate::kafka::producer::TaskSender;
+use crate::kafka::{Bound, Delivery, KafkaSource, Lane, Publisher};
 use crate::shutdown::{Shutdown, Stoppable, Stopped};
 use progress::Progress;
 use task::Ctx;
@@ -35,25 +38,57 @@ pub enum Exit {
     ConsumerFailed,
 }
 
-/// The Kafka side of a worker: the consumer, its deliveries and the message tasks' context.
+/// The Kafka side of a worker: its consumers (the request lane, and the unit lane with a unit
+/// topic: `kafka::consumer`, "Two groups"), their deliveries and the message tasks' context.
 struct Intake {
-    source: KafkaSource,
+    sources: Vec<KafkaSource>,
     ctx: Arc<Ctx>,
 }
 
 type Deliveries = tokio::sync::mpsc::UnboundedReceiver<Delivery>;
 
+/// How often a worker asks the broker whether its unit topic exists (and how many partitions
+/// it has): a topic created or grown after the pods started is used from then on.
+const UNIT_TOPIC_CHECK: Duration = Duration::from_secs(30);
+
 impl Intake {
-    fn start(svc: &Services, shutdown: &Shutdown) -> anyhow::Result<(Intake, Deliveries)> {
+    fn start(svc: &Services, shutdown: &Shutdown) -> anyhow::Result<(Intake, Vec<Deliveries>)> {
         let (settings, health) = (&svc.settings, &svc.health);
-        let (source, acker, deliveries) = KafkaSource::start(
-            &settings.kafka,
-            settings.max_in_flight(),
-            settings.pool_size(),
-            settings.worker.tmp_dir.clone(),
-            svc.metrics.clone(),
-            health.clone(),
-        )?;
+        let units_in_flight = Arc::new(AtomicUsize::new(0));
+        let lanes = [
+            (
+                Lane::Requests,
+                Bound {
+                    max_in_flight: settings.max_in_flight(),
+                    count: Default::default(),
+                    beside: Some(units_in_flight.clone()),
+                },
+            ),
+            (
+                Lane::Units,
+                Bound {
+                    max_in_flight: unit_slots(settings.pool_size()),
+                    count: units_in_flight,
+                    beside: None,
+                },
+            ),
+        ];
+        let mut sources = Vec::new();
+        let mut deliveries = Vec::new();
+        for (lane, bound) in lanes {
+            let started = KafkaSource::start(
+                &settings.kafka,
+                lane,
+                bound,
+                settings.worker.tmp_dir.clone(),
+                svc.metrics.clone(),
+                health.clone(),
+            )?;
+            if let Some((source, d)) = started {
+                sources.push(source);
+                deliveries.push(d);
+            }
+        }
         let publisher = Arc::new(Publisher::new(
             &settings.kafka,
             svc.metrics.clone(),
@@ -62,30 +97,77 @@ impl Intake {
         let progress = Progress::new(&settings.kafka, svc.metrics.clone(), svc.worker.clone())?;
         let mut runner = JobRunner::new(svc.clone(), shutdown.clone());
         if let Some(topic) = settings.kafka.unit_topic() {
-            let sender = crate::kafka::producer::TaskSender::new(&settings.kafka, topic)?;
+            let sender = Arc::new(TaskSender::new(&settings.kafka, topic)?);
+            tokio::spawn(watch_unit_topic(
+                sender.clone(),
+                topic.to_owned(),
+                health.clone(),
+                shutdown.finished(),
+            ));
             runner = runner.with_dispatch(Arc::new(UnitTasks(sender)));
         }
         let ctx = Arc::new(Ctx {
             runner,
             publisher,
-            acker,
             shutdown: shutdown.clone(),
             progress,
             stitches: Default::default(),
         });
-        Ok((Intake { source, ctx }, deliveries))
+        Ok((Intake { sources, ctx }, deliveries))
+    }
+}
+
+/// Asks the broker whether the unit topic exists, at once and every [`UNIT_TOPIC_CHECK`]:
+/// said at startup and whenever it changes, and in `/health/ready` (`unit_topic`). While it is
+/// missing, long videos are encoded by the worker that takes them.
+async fn watch_unit_topic(
+    sender: Arc<TaskSender>,
+    topic: String,
+    health: Arc<crate::health::Health>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut known = None;
+    let mut every = tokio::time::interval(UNIT_TOPIC_CHECK);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        let s = sender.clone();
+        let Ok(Some(exists)) = tokio::task::spawn_blocking(move || s.check()).await else {
+            continue;
+        };
+        health.set_unit_topic(exists);
+        if known != Some(exists) {
+            if exists {
+                tracing::info!(topic, "unit topic found: long videos spread over the fleet");
+            } else {
+                tracing::error!(
+                    topic,
+                    "the unit topic does not exist: long videos are encoded \
+                    by the worker that takes them until it is created (docs/operations.md, \
+                    \"Long videos\")"
+                );
+            }
+            known = Some(exists);
+        }
     }
 }
 
 /// A long video's units, sent to the unit topic (see `crate::units`).
-struct UnitTasks(crate::kafka::producer::TaskSender);
+struct UnitTasks(Arc<TaskSender>);
 
 #[async_trait::async_trait]
 impl crate::units::Dispatch for UnitTasks {
     async fn send(&self, task: &crate::units::Task) -> Result<(), String> {
         let payload = serde_json::to_vec(task).expect("tasks serialise");
-        let sent = self.0.send(&task.key(), &payload).await;
+        let partition = task.place().map(|p| move |n| p.among(n));
+        let sent = self.0.send(&task.key(), partition, &payload).await;
         sent.map_err(|e| e.to_string())
+    }
+
+    fn available(&self) -> bool {
+        self.0.available()
     }
 }
 
@@ -95,7 +177,7 @@ pub struct Worker {
     intake: Option<Intake>,
     /// Taken by [`Worker::run`] and dropped when it returns: a message fetched after the drain
     /// is not dispatched (the poll loop sees the channel closed and stops).
-    deliveries: Option<Deliveries>,
+    deliveries: Option<Vec<Deliveries>>,
     api: Option<api::Running>,
     /// The message tasks.
     tasks: TaskTracker,
@@ -183,20 +265,26 @@ impl Worker {
         })
     }
 
-    /// Poll → spawn until the drain; `true` when the consumer stopped by itself first.
+    /// Poll → spawn until the drain; `true` when a consumer stopped by itself first.
     pub async fn run(&mut self, shutdown: &Shutdown) -> bool {
-        let (Some(Intake { ctx, .. }), Some(mut deliveries)) =
-            (&self.intake, self.deliveries.take())
+        let (Some(Intake { ctx, .. }), Some(deliveries)) = (&self.intake, self.deliveries.take())
         else {
             shutdown.draining().await;
             return false;
         };
-        tracing::info!(topic = %self.svc.settings.kafka.request_topic, "consuming");
+        let kafka = &self.svc.settings.kafka;
+        tracing::info!(topic = %kafka.request_topic, unit_topic = kafka.unit_topic(),
+            unit_group = kafka.unit_topic().map(|_| kafka.unit_group()), "consuming");
+        // Every lane's deliveries, in the order they come; one lane's consumer stopping (a
+        // fatal error) stops the worker as a whole.
+        let mut lanes = deliveries;
         loop {
+            let next =
+                futures_util::future::select_all(lanes.iter_mut().map(|l| Box::pin(l.recv())));
             tokio::select! {
                 biased;
                 _ = shutdown.draining() => return false,
-                d = deliveries.recv() => match d {
+                (d, _, _) = next => match d {
                     Some(d) => { self.tasks.spawn(task::handle(d, ctx.clone())); }
                     None => {
                         tracing::error!("consumer stopped");
@@ -214,7 +302,9 @@ impl Stoppable for Worker {
     fn drain(&self) {
         self.svc.health.set_consuming(false);
         if let Some(intake) = &self.intake {
-            intake.source.stop_fetching();
+            for source in &intake.sources {
+                source.stop_fetching();
+            }
         }
         self.tasks.close();
         self.api_jobs.close();
@@ -248,13 +338,19 @@ impl Stoppable for Worker {
         if let Some(a) = &self.api {
             a.media.close().await;
         }
-        if let Some(Intake { source, ctx }) = self.intake {
-            // The final commit first (its offsets matter more than the producer's queue: every
-            // response was acknowledged before its offset was), with three quarters of what is
-            // left, so that the producer's flush gets the rest.
+        if let Some(Intake { sources, ctx }) = self.intake {
+            // The final commits first (their offsets matter more than the producer's queue:
+            // every response was acknowledged before its offset was), the consumers side by
+            // side with three quarters of what is left, so that the producer's flush gets the
+            // rest.
             let within = by.saturating_duration_since(tokio::time::Instant::now()) * 3 / 4;
-            if let Err(e) = tokio::task::spawn_blocking(move || source.close(within)).await {
-                tracing::error!(error = %e, "closing the consumer failed");
+            let closing = sources
+                .into_iter()
+                .map(|source| tokio::task::spawn_blocking(move || source.close(within)));
+            for closed in futures_util::future::join_all(closing).await {
+                if let Err(e) = closed {
+                    tracing::error!(error = %e, "closing a consumer failed");
+                }
             }
             ctx.publisher
                 .flush(by.saturating_duration_since(tokio::time::Instant::now()));

@@ -8,7 +8,7 @@ use tracing::Instrument;
 
 use crate::contract::{OptimizeResponse, Stage};
 use crate::job::{Answer, As, JobRunner, TaskEnd, response};
-use crate::kafka::{Acker, Delivery, Publisher};
+use crate::kafka::{Delivery, Lane, Publisher};
 use crate::shutdown::Shutdown;
 use crate::stages::{publish, validate};
 use crate::telemetry::{self, Origin, traces};
@@ -20,7 +20,6 @@ use super::progress::{Follower, Progress};
 pub(super) struct Ctx {
     pub runner: JobRunner,
     pub publisher: Arc<Publisher>,
-    pub acker: Acker,
     pub shutdown: Shutdown,
     /// Where long jobs report progress; `None` when progress events are off.
     pub progress: Option<Arc<Progress>>,
@@ -57,7 +56,7 @@ pub(super) async fn handle(d: Delivery, ctx: Arc<Ctx>) {
 
 async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
     let svc = ctx.runner.services();
-    if svc.settings.kafka.unit_topic() == Some(d.topic.as_str()) {
+    if d.lane == Lane::Units {
         return unit_task(d, ctx).await;
     }
     let started = Instant::now();
@@ -80,7 +79,7 @@ async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
             match r {
                 None => return,
                 // A long video's plan went to its units: the stitch answers (`crate::units`).
-                Some(Answer::HandedOff) => return ctx.acker.finished(d.token),
+                Some(Answer::HandedOff) => return d.finished(),
                 Some(Answer::Respond(r)) => (*r, Some(job)),
             }
         }
@@ -91,7 +90,7 @@ async fn handle_in_span(d: Delivery, ctx: Arc<Ctx>, span: tracing::Span) {
     };
     record_in_span(&span, &response);
     if publish_response(&ctx, &d, &response, job.as_ref(), started).await {
-        ctx.acker.finished(d.token);
+        d.finished();
     }
 }
 
@@ -140,7 +139,7 @@ async fn unit_task(d: Delivery, ctx: Arc<Ctx>) {
                 offset = d.offset,
                 "not a unit task: skipped"
             );
-            return ctx.acker.finished(d.token);
+            return d.finished();
         }
     };
     // Held to its response published and the plan marked answered, so that a second stitch
@@ -168,9 +167,9 @@ async fn unit_task(d: Delivery, ctx: Arc<Ctx>) {
                     .unit_landed(&request, p.landed, p.of, p.playable)
                     .await;
             }
-            return ctx.acker.finished(d.token);
+            return d.finished();
         }
-        TaskEnd::Nothing => return ctx.acker.finished(d.token),
+        TaskEnd::Nothing => return d.finished(),
     };
     if publish_response(&ctx, &d, &response, Some(&job), started).await
         && ctx
@@ -178,7 +177,7 @@ async fn unit_task(d: Delivery, ctx: Arc<Ctx>) {
             .mark_answered(&task.plan, response.error.is_none())
             .await
     {
-        ctx.acker.finished(d.token);
+        d.finished();
     }
 }
 

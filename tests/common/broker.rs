@@ -222,6 +222,17 @@ impl Broker {
         });
     }
 
+    /// Every topic's name (all topics asked for: a request for one missing topic may create
+    /// it on a broker with `auto.create.topics.enable`).
+    pub fn topics(&self) -> Vec<String> {
+        let m = self
+            .admin()
+            .inner()
+            .fetch_metadata(None, Duration::from_secs(10))
+            .expect("the cluster's metadata");
+        m.topics().iter().map(|t| t.name().to_owned()).collect()
+    }
+
     /// Sets `topic`'s configuration overrides to `entries`, replacing any earlier ones (none:
     /// the cluster's defaults again).
     pub fn set_topic_config(&self, topic: &str, entries: &[(&str, &str)]) {

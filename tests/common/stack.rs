@@ -266,9 +266,14 @@ impl Stack {
 
     /// The group's committed offset for each partition of `topic` (-1: none).
     pub fn committed_on(&self, topic: &str, group: &str, partitions: i32) -> Vec<i64> {
+        self.committed_by(topic, &self.own(group), partitions)
+    }
+
+    /// [`Stack::committed_on`] for a group named `group_id` as it is.
+    fn committed_by(&self, topic: &str, group_id: &str, partitions: i32) -> Vec<i64> {
         let c: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", self.broker.bootstrap())
-            .set("group.id", self.own(group))
+            .set("group.id", group_id)
             .create()
             .unwrap();
         let mut tpl = TopicPartitionList::new();
@@ -288,11 +293,21 @@ impl Stack {
     /// How many records of `topic` (its `partitions`) the group has not committed: those it
     /// has yet to take or to finish.
     pub fn uncommitted(&self, topic: &str, group: &str, partitions: i32) -> i64 {
+        self.uncommitted_by(topic, &self.own(group), partitions)
+    }
+
+    /// [`Stack::uncommitted`] of the unit topic by the unit group of workers in `group` (the
+    /// worker's default: the request group's id and `.units`).
+    pub fn uncommitted_units(&self, topic: &str, group: &str, partitions: i32) -> i64 {
+        self.uncommitted_by(topic, &format!("{}.units", self.own(group)), partitions)
+    }
+
+    fn uncommitted_by(&self, topic: &str, group_id: &str, partitions: i32) -> i64 {
         let c: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", self.broker.bootstrap())
             .create()
             .unwrap();
-        let committed = self.committed_on(topic, group, partitions);
+        let committed = self.committed_by(topic, group_id, partitions);
         let left = (0..partitions)
             .map(|p| {
                 let (low, high) = c

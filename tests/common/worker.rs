@@ -32,8 +32,25 @@ impl Worker {
         worker
     }
 
+    /// [`Worker::start`] on one CPU (`taskset`), as a one-core pod: it and every process it
+    /// starts run there, and it sizes itself for one core.
+    pub fn start_on_cpu(env: &HashMap<String, String>, cpu: usize) -> Worker {
+        let mut worker = Worker::spawn_on(env, Some(cpu));
+        wait_port(
+            worker.http.port(),
+            &mut worker.child,
+            "worker http",
+            &worker.log,
+        );
+        worker
+    }
+
     /// The worker started, not awaited (it may refuse to start).
     pub fn spawn(env: &HashMap<String, String>) -> Worker {
+        Worker::spawn_on(env, None)
+    }
+
+    fn spawn_on(env: &HashMap<String, String>, cpu: Option<usize>) -> Worker {
         let tmp = tempfile::tempdir().unwrap();
         // Job processes of a root worker run as nobody: the scratch must be reachable.
         std::fs::set_permissions(
@@ -43,7 +60,15 @@ impl Worker {
         .unwrap();
         let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let log = tmp.path().join("worker.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_media-worker"));
+        let bin = env!("CARGO_BIN_EXE_media-worker");
+        let mut cmd = match cpu {
+            Some(cpu) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", &cpu.to_string(), bin]);
+                c
+            }
+            None => Command::new(bin),
+        };
         cmd.arg("run")
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
