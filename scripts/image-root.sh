@@ -100,6 +100,12 @@ for pkg in $(dpkg -S "${paths[@]}" 2>/dev/null | cut -d: -f1 | tr ',' '\n' | tr 
   name=${pkg%%:*}
   if [ -f "/usr/share/doc/$name/copyright" ]; then copy "/usr/share/doc/$name/copyright"; fi
 done
+# ffmpeg and ffprobe, built from Debian's source package in the Dockerfile's ffmpeg stage: the
+# stanza and copyright file that stage wrote for them.
+if [ -f /usr/share/doc/ffmpeg/status ] && ! dpkg -S /usr/bin/ffmpeg >/dev/null 2>&1; then
+  cp /usr/share/doc/ffmpeg/status "$root"/var/lib/dpkg/status.d/ffmpeg
+  copy /usr/share/doc/ffmpeg/copyright
+fi
 # Files no package owns: the worker, its configuration, and what this script wrote.
 echo "image-root: $(find "$root" -type f | wc -l) files, $(du -sm "$root" | cut -f1) MB," \
   "$(ls "$root"/var/lib/dpkg/status.d | wc -l) Debian packages"
