@@ -594,9 +594,68 @@ fn is_library(path: &str) -> bool {
     })
 }
 
-/// Files mapped by the processes under `tini` (the container's), sampled until `done` is set:
-/// path → the names of the programs that mapped it (`comm`).
-fn sample_maps(tini: i32, done: &AtomicBool) -> BTreeMap<String, BTreeSet<String>> {
+/// Opens of files in directories of a container's root (inotify `IN_OPEN` through
+/// `/proc/TINI/root`): a program's `execve`, a library the loader loads. It misses nothing, where
+/// sampling maps misses a run shorter than its period (ffprobe, static, probes a clip in a few ms).
+struct Opens {
+    fd: std::os::fd::OwnedFd,
+    dirs: BTreeMap<i32, String>,
+}
+
+impl Opens {
+    fn watch(tini: i32, dirs: &BTreeSet<String>) -> Opens {
+        use std::os::fd::FromRawFd;
+        // SAFETY: a new descriptor, owned from here on.
+        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        assert!(raw >= 0, "inotify: {}", std::io::Error::last_os_error());
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        let mut watched = BTreeMap::new();
+        for dir in dirs {
+            let path = std::ffi::CString::new(format!("/proc/{tini}/root{dir}")).unwrap();
+            // SAFETY: a valid descriptor and NUL-terminated path.
+            let wd = unsafe { libc::inotify_add_watch(raw, path.as_ptr(), libc::IN_OPEN) };
+            assert!(
+                wd >= 0,
+                "inotify {dir}: {}",
+                std::io::Error::last_os_error()
+            );
+            watched.insert(wd, dir.clone());
+        }
+        Opens { fd, dirs: watched }
+    }
+
+    /// The paths opened since the last call (none when the queue is empty).
+    fn drain(&self) -> Vec<String> {
+        use std::os::fd::AsRawFd;
+        let mut paths = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            // SAFETY: reads into a buffer of its length.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                return paths;
+            }
+            let mut at = 0;
+            while at < n as usize {
+                let wd = i32::from_ne_bytes(buf[at..at + 4].try_into().unwrap());
+                let len = u32::from_ne_bytes(buf[at + 12..at + 16].try_into().unwrap()) as usize;
+                let name = &buf[at + 16..at + 16 + len];
+                let name = String::from_utf8_lossy(name)
+                    .trim_end_matches('\0')
+                    .to_owned();
+                if let Some(dir) = self.dirs.get(&wd).filter(|_| !name.is_empty()) {
+                    paths.push(format!("{dir}/{name}"));
+                }
+                at += 16 + len;
+            }
+        }
+    }
+}
+
+/// Files mapped by the processes under `tini` (the container's), sampled until `done` is set,
+/// and those `opens` saw opened: path → the names of the programs that mapped it (`comm`), or
+/// "(opened)".
+fn sample_maps(tini: i32, opens: &Opens, done: &AtomicBool) -> BTreeMap<String, BTreeSet<String>> {
     let mut mapped: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     while !done.load(Ordering::Relaxed) {
         for pid in std::iter::once(tini).chain(descendants_of(tini)) {
@@ -609,8 +668,14 @@ fn sample_maps(tini: i32, done: &AtomicBool) -> BTreeMap<String, BTreeSet<String
                 }
             }
         }
-        // A sampling period: each ffmpeg and ffprobe run lasts longer.
+        for path in opens.drain() {
+            mapped.entry(path).or_default().insert("(opened)".into());
+        }
+        // A sampling period: each ffmpeg run lasts longer.
         std::thread::sleep(Duration::from_millis(20));
+    }
+    for path in opens.drain() {
+        mapped.entry(path).or_default().insert("(opened)".into());
     }
     mapped
 }
@@ -619,7 +684,8 @@ fn sample_maps(tini: i32, done: &AtomicBool) -> BTreeMap<String, BTreeSet<String
 /// jobs of every profile (photos, HEIC, a GIF made MP4, a TIFF, HDR HEVC, VP9 + Opus in WebM,
 /// AV1, H.264 as HLS + DASH) as the pod, and holds no library that none of its processes loads:
 /// every library of the image is mapped by the worker, its sandbox processes, ffmpeg, ffprobe or
-/// tini under those jobs (their maps sampled every 20 ms), and every program in it runs.
+/// tini under those jobs (their maps sampled every 20 ms, and every open of the image's
+/// libraries and programs watched with inotify), and every program in it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_image_holds_only_what_every_profile_loads() {
     let label = |k: &str| image_label(SHIPPED, k);
@@ -687,11 +753,23 @@ async fn the_image_holds_only_what_every_profile_loads() {
         "{info} (image labelled {revision})"
     );
 
+    let files = image_files(SHIPPED);
+    let programs = [
+        "/usr/local/bin/media-worker",
+        "/usr/bin/ffmpeg",
+        "/usr/bin/ffprobe",
+        "/usr/bin/tini",
+    ];
+    let watched: BTreeSet<String> = (files.keys())
+        .filter(|p| is_library(p) || programs.contains(&p.as_str()))
+        .map(|p| p[..p.rfind('/').unwrap()].to_owned())
+        .collect();
     let tini: i32 = c.inspect("{{.State.Pid}}").parse().unwrap();
+    let opens = Opens::watch(tini, &watched);
     let done = Arc::new(AtomicBool::new(false));
     let sampler = {
         let done = done.clone();
-        std::thread::spawn(move || sample_maps(tini, &done))
+        std::thread::spawn(move || sample_maps(tini, &opens, &done))
     };
     let responses = stack.responses();
     let started = Instant::now();
@@ -717,13 +795,6 @@ async fn the_image_holds_only_what_every_profile_loads() {
         "{formats:?}"
     );
 
-    let files = image_files(SHIPPED);
-    let programs = [
-        "/usr/local/bin/media-worker",
-        "/usr/bin/ffmpeg",
-        "/usr/bin/ffprobe",
-        "/usr/bin/tini",
-    ];
     let unused: Vec<_> = files
         .keys()
         .filter(|p| is_library(p) || programs.contains(&p.as_str()))
