@@ -181,16 +181,7 @@ async fn run(workers: usize, n: usize, secs: u32, pool: usize) {
         "MEDIA_WORKER_PROFILES__STREAMING__UNITS_AFTER_SECS".into(),
         "60".into(),
     );
-    let fleet: Vec<common::Worker> = (0..workers)
-        .map(|i| {
-            let mut env = env.clone();
-            env.insert("WORKER_ID".into(), format!("worker-{i}"));
-            common::Worker::start(&env)
-        })
-        .collect();
-    for w in &fleet {
-        w.ready().await;
-    }
+    let fleet = common::Worker::fleet(&env, workers).await;
     let producer = stack.producer();
     let responses = stack.responses();
     let mut answers = Answers::default();

@@ -2,7 +2,8 @@
 //! fan-out over the unit topic buys, as users run it.
 //!
 //!   cargo bench --bench fanout [-- --minutes 4 --height 720 --workers 1,2
-//!                                 --protocols consumer,classic --until-playable]
+//!                                 --protocols consumer,classic --until-playable
+//!                                 --clip-dir DIR --logs DIR]
 //!
 //! Per group protocol and per worker count: an Apache Kafka node of its own
 //! (`scripts/kafka.sh`), s3s-fs, request and unit topics of 4 partitions each (as
@@ -22,7 +23,9 @@
 //! - **units**: landed per worker (their logs).
 //!
 //! `--until-playable` stops each run at the first playable event (for a long `--minutes`,
-//! whose whole encode would take long); wall and CPU are then not measured.
+//! whose whole encode would take long); wall and CPU are then not measured. `--clip-dir` keeps
+//! the clip there and uses it again (a 20-minute one takes minutes to make); `--logs` writes
+//! each run's worker logs there (`{protocol}-{workers}w-{i}.log`), for the timeline of a run.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -70,8 +73,19 @@ fn main() {
     let secs = (minutes * 60.0).round() as u32;
     let width = (height * 16 / 9) & !1;
     let dir = tempfile::tempdir().unwrap();
+    let clip_dir = match arg("--clip-dir", "") {
+        kept if !kept.is_empty() => std::path::PathBuf::from(kept),
+        _ => dir.path().to_owned(),
+    };
+    let logs = Some(arg("--logs", ""))
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from);
     let made = Instant::now();
-    let clip = common::synthetic::camera_like_video(dir.path(), secs, width, height);
+    let name = format!("camera-like-{secs}s-{width}x{height}.mp4");
+    let clip = match clip_dir.join(&name) {
+        kept if kept.exists() => kept,
+        _ => common::synthetic::camera_like_video(&clip_dir, secs, width, height),
+    };
     eprintln!(
         "{secs} s {width}x{height} clip made in {:.0} s",
         made.elapsed().as_secs_f64()
@@ -85,7 +99,7 @@ fn main() {
         for &n in &counts {
             let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
             eprintln!("{protocol}, {n} worker(s); load before: {}", load.trim());
-            let run = rt.block_on(run(protocol, n, &clip, until_playable));
+            let run = rt.block_on(run(protocol, n, &clip, until_playable, logs.as_deref()));
             report(&run);
             runs.push(run);
         }
@@ -146,7 +160,13 @@ fn millis_now() -> i64 {
         .as_millis() as i64
 }
 
-async fn run(protocol: &str, workers: usize, clip: &Path, until_playable: bool) -> Run {
+async fn run(
+    protocol: &str,
+    workers: usize,
+    clip: &Path,
+    until_playable: bool,
+    logs: Option<&Path>,
+) -> Run {
     let mut stack = common::Stack::on(common::Broker::cluster(1), PARTITIONS).await;
     stack.group_protocol = protocol.to_owned();
     let unit_topic = stack.own("media.optimize.units");
@@ -220,6 +240,13 @@ async fn run(protocol: &str, workers: usize, clip: &Path, until_playable: bool) 
                 .collect()
         })
         .collect();
+    if let Some(dir) = logs {
+        std::fs::create_dir_all(dir).unwrap();
+        for (i, w) in fleet.iter().enumerate() {
+            let at = dir.join(format!("{protocol}-{workers}w-{i}.log"));
+            std::fs::write(at, w.log()).unwrap();
+        }
+    }
     for w in &mut fleet {
         w.sigterm();
     }

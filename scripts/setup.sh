@@ -21,6 +21,8 @@ HLS_JS_VERSION=1.7.4
 players=${PLAYER_MODULES:-$HOME/.cache/media-worker/player}
 
 APT_PACKAGES=(pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev opencv-data ffmpeg)
+# JPEG's encoder, jpegli, is vendored C++ built by jpegli-sys with cmake.
+APT_PACKAGES+=(cmake g++)
 # Tests read outputs back with independent tools: exiftool (metadata), Pillow (colours),
 # jsonschema (records against the published schemas) and Prometheus with promtool (rules); the
 # API tests scan with a real clamd (clamav-daemon; its signature updater is not used); the

@@ -434,16 +434,7 @@ async fn first_to_log(workers: &[common::Worker], text: &str) -> usize {
 async fn a_long_video_is_encoded_by_the_fleet_and_answered_once() {
     let (stack, dir, source, env) = long_video_on_a_fleet("units", 180).await;
     let progress_topic = env["KAFKA_PROGRESS_TOPIC"].clone();
-    let mut workers: Vec<common::Worker> = (0..3)
-        .map(|i| {
-            let mut env = env.clone();
-            env.insert("WORKER_ID".into(), format!("worker-{i}"));
-            common::Worker::start(&env)
-        })
-        .collect();
-    for w in &workers {
-        w.ready().await;
-    }
+    let mut workers = common::Worker::fleet(&env, 3).await;
     let responses = stack.responses();
     let mut req = common::request("long", "long.mp4");
     req.profile = Some("streaming".into());
@@ -760,6 +751,37 @@ fn unit_at_work(worker: &common::Worker) -> u64 {
     units[0]
 }
 
+/// A unit numbered `from` or more that `worker` (a pool of one: one part at a time, the last
+/// it took) has in hand, with its job process at work (0.3 s of CPU, its ffmpeg's: well into
+/// the unit, well before its end): the unit's index, that process, and the sandbox's CPU
+/// before it.
+async fn unit_in_hand(
+    worker: &common::Worker,
+    from: u64,
+) -> (u64, i32, std::collections::BTreeMap<i32, u64>) {
+    let mut seen = 0;
+    let unit = loop {
+        let taken = common::wait_until("a part taken", common::MINUTE, || {
+            let taken = logged(&worker.log(), "part taken");
+            (taken.len() > seen).then_some(taken)
+        })
+        .await;
+        seen = taken.len();
+        let part = taken.last().unwrap()["part"].as_str().unwrap().to_owned();
+        if let Some(i) = part
+            .strip_prefix("unit ")
+            .map(|i| i.parse::<u64>().unwrap())
+            && i >= from
+        {
+            break i;
+        }
+    };
+    let idle = common::sandbox_ticks(worker);
+    let pid = common::busy_sandbox(worker, &idle, 30);
+    assert_eq!(unit_at_work(worker), unit);
+    (unit, pid, idle)
+}
+
 /// The fields of each line of a worker's JSON `log` whose message is `message`.
 /// The request topic's partitions a worker held last, from its log.
 fn request_partitions(log: &str) -> std::collections::BTreeSet<i64> {
@@ -807,23 +829,8 @@ async fn a_unit_that_keeps_crashing_is_answered_after_its_retries() {
     stack.send(&req).await;
     let fleet = std::slice::from_ref(&worker);
     first_to_log(fleet, "video planned as units").await;
-    // The plan's child and the audio's are done: the next child at work is a unit's, and a
-    // pool of one takes one unit at a time. 0.3 s of CPU (its ffmpeg's): well into the unit,
-    // well before its end.
-    first_to_log(fleet, "the video's audio landed").await;
-    let mut idle = common::sandbox_ticks(&worker);
-    let mut pid = common::busy_sandbox(&worker, &idle, 30);
-    let first = unit_at_work(&worker);
-    let mut unit = first;
-    // Unit 0 starts at 0 s, which says little of where a unit is: when it is taken first, it
-    // lands, and the next unit is the one that crashes.
-    if first == 0 {
-        first_to_log(fleet, "unit landed").await;
-        idle = common::sandbox_ticks(&worker);
-        pid = common::busy_sandbox(&worker, &idle, 30);
-        unit = unit_at_work(&worker);
-    }
-    assert!(unit > 0, "unit {unit} after unit {first}");
+    // Past unit 0, which starts at 0 s, which says little of where a unit is.
+    let (unit, mut pid, idle) = unit_in_hand(&worker, 1).await;
     // Every unit of this source reads its part (ranges under 80 % of the file).
     let ranged = reads_its_part(&stack, "user-1/videos/crashing/units/", unit).await;
     assert!(ranged, "unit {unit} reads the whole file");
@@ -871,13 +878,28 @@ async fn a_unit_that_keeps_crashing_is_answered_after_its_retries() {
     let failed = logged(&log, "part failed for good");
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!(failed[0]["part"], format!("unit {unit}"), "{failed:?}");
-    let landed = usize::from(first == 0);
-    assert_eq!(logged(&log, "unit landed").len(), landed);
-    // Each unit task taken after the failure is dropped: before the answer for the failure,
-    // after it as answered.
-    let skipped = logged(&log, "another part failed: not made").len()
-        + logged(&log, "already answered").len();
-    assert_eq!(skipped, units - 1 - landed);
+    // Each unit is landed (taken before it), failed, or dropped (taken after the failure:
+    // before the answer for it, or after it as answered).
+    let landed = logged(&log, "unit landed").len();
+    let of_units =
+        |f: &serde_json::Value| f["part"].as_str().is_some_and(|p| p.starts_with("unit"));
+    let skipped = logged(&log, "another part failed: not made")
+        .iter()
+        .filter(|f| of_units(f))
+        .count()
+        + logged(&log, "already answered")
+            .iter()
+            .filter(|f| {
+                let task = f["task"].as_str().unwrap_or_default();
+                task.rsplit_once('/')
+                    .is_some_and(|(_, i)| i.parse::<u32>().is_ok())
+            })
+            .count();
+    assert_eq!(
+        landed + 1 + skipped,
+        units,
+        "{landed} landed, {skipped} dropped"
+    );
     // Nothing where the finished video goes, and no early playlist left to play.
     keys_once(&stack, "user-1/videos/crashing/", |keys| {
         keys.iter()
@@ -930,11 +952,7 @@ async fn a_photo_does_not_wait_for_a_one_permit_workers_unit() {
     let responses = stack.responses();
     stack.send(&req).await;
     let fleet = std::slice::from_ref(&worker);
-    // The plan's child and the audio's are done: the next child at work is a unit's.
-    first_to_log(fleet, "the video's audio landed").await;
-    let idle = common::sandbox_ticks(&worker);
-    let pid = common::busy_sandbox(&worker, &idle, 30);
-    let unit = unit_at_work(&worker);
+    let (unit, pid, _) = unit_in_hand(&worker, 0).await;
     let stalled: Vec<i32> = std::iter::once(pid)
         .chain(common::descendants_of(pid))
         .collect();
@@ -1081,6 +1099,233 @@ async fn a_long_video_plays_before_it_is_done() {
         at.duration_since(sent).unwrap().as_secs_f64(),
         sent.elapsed().unwrap().as_secs_f64()
     );
+}
+
+/// The early stream plays on the audio's opening (its first seconds, a task of its own) before
+/// the whole program's audio is done: two workers, request and unit topics of 4 partitions, a
+/// 64 s video (an opening of 8 s). The worker holding the audio's partition is stopped (every
+/// process of it) once it takes the whole audio, after the opening; the other lands the first
+/// unit, and the stream is playable: the master names the audio, whose playlist is the
+/// opening's (EVENT, no end, two segments, each decoding). Resumed, the video is answered and
+/// the early audio playlist is the whole program's, ended, every segment decoding; the
+/// opening is in no finished output.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_video_plays_on_its_audios_opening_before_the_whole_audio_is_done() {
+    let stack = common::Stack::start(4).await;
+    let unit_topic = stack.own("media.optimize.units");
+    stack.broker.create_topic(&unit_topic, 4);
+    let progress_topic = stack.own("media.optimize.progress");
+    stack.broker.create_topic(&progress_topic, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let source = common::synthetic::camera_like_video(dir.path(), 64, 640, 360);
+    stack.upload_file("long.mp4", &source).await;
+    let mut env = stack.worker_env("opening");
+    env.insert("KAFKA_UNIT_TOPIC".into(), unit_topic);
+    env.insert("KAFKA_PROGRESS_TOPIC".into(), progress_topic.clone());
+    env.insert("WORKER_POOL_SIZE".into(), "1".into());
+    env.insert("FFMPEG_PRESET".into(), "ultrafast".into());
+    for (k, v) in [
+        ("MEDIA_WORKER_PROFILES__STREAMING__UNITS_AFTER_SECS", "20"),
+        ("MEDIA_WORKER_PROFILES__STREAMING__EARLY_PLAYBACK", "true"),
+    ] {
+        env.insert(k.into(), v.into());
+    }
+    let fleet = common::Worker::fleet(&env, 2).await;
+    // The unit partitions settled: the audio's (the last) and unit 0's on two members.
+    let holder = |p: i64| {
+        fleet.iter().position(|w| {
+            let held = logged(&w.log(), "partition assigned");
+            let revoked = logged(&w.log(), "partition revoked");
+            let of = |l: &Vec<serde_json::Value>| {
+                l.iter()
+                    .filter(|f| f["lane"] == "units" && f["partition"] == p)
+                    .count()
+            };
+            of(&held) > of(&revoked)
+        })
+    };
+    let (first, last) = common::wait_until("the unit partitions held", 2 * common::MINUTE, || {
+        let (a, b) = (holder(0)?, holder(3)?);
+        let settled = fleet.iter().all(|w| holds_unit_partitions(w) > 0);
+        settled.then_some((a, b))
+    })
+    .await;
+    assert_ne!(first, last, "unit 0 and the audio on one member");
+    let responses = stack.responses();
+    let mut req = common::request("opening", "long.mp4");
+    req.profile = Some("streaming".into());
+    stack.send(&req).await;
+
+    // Stopped as it takes the whole audio: its opening landed before.
+    let audio_worker = &fleet[last];
+    common::wait_until("the audio taken", 2 * common::MINUTE, || {
+        logged(&audio_worker.log(), "part taken")
+            .iter()
+            .any(|f| f["part"] == "the audio")
+            .then_some(())
+    })
+    .await;
+    let mut stopped = vec![audio_worker.pid()];
+    stopped.extend(common::descendants_of(audio_worker.pid()));
+    for &pid in &stopped {
+        // SAFETY: a signal to a process of this test's worker.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+    }
+    assert_eq!(
+        logged(&audio_worker.log(), "the audio's opening landed").len(),
+        1
+    );
+    let event = common::wait_until("playable", 2 * common::MINUTE, || {
+        stack
+            .records(&progress_topic)
+            .into_iter()
+            .find(|(key, e, _)| key == "opening" && !e["playable"].is_null())
+            .map(|(_, e, _)| e)
+    })
+    .await;
+    let master_key = event["playable"].as_str().unwrap().to_owned();
+    let early = dir.path().join("early");
+    stack.fetch_hls(&master_key, &early).await;
+    let master = hls(&early.join("master.m3u8"));
+    let audio = master["audio"].as_array().unwrap();
+    assert_eq!(audio.len(), 1, "{master}");
+    let opening = &audio[0]["playlist"];
+    assert_eq!(opening["playlist_type"], "event", "{opening}");
+    assert_eq!(opening["endlist"], false, "{opening}");
+    let segments = opening["segments"].as_array().unwrap();
+    assert_eq!(segments.len(), 2, "{opening}");
+    let audio_dir = early
+        .join(audio[0]["uri"].as_str().unwrap())
+        .parent()
+        .unwrap()
+        .to_owned();
+    let init = opening["init"].as_str().unwrap();
+    for s in segments {
+        let seg = playable(&audio_dir, init, s["uri"].as_str().unwrap(), dir.path());
+        assert!(decodes(&seg) > 0);
+    }
+    assert!(logged(&audio_worker.log(), "the video's audio landed").is_empty());
+
+    for &pid in &stopped {
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+    }
+    assert_eq!(completed(&responses).key, "opening");
+    // The early audio playlist, the whole program's now: ended, every segment decoding.
+    let deadline = std::time::Instant::now() + common::MINUTE;
+    let (at, p) = loop {
+        let at = dir.path().join("whole");
+        let _ = std::fs::remove_dir_all(&at);
+        stack.fetch_hls(&master_key, &at).await;
+        let p = hls(&at.join("master.m3u8"))["audio"][0]["playlist"].clone();
+        if p["endlist"] == true {
+            break (at, p);
+        }
+        assert!(std::time::Instant::now() < deadline, "never the whole: {p}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(p["playlist_type"], "event", "{p}");
+    // As many as the finished stream's audio (16 of 4 s, and the encoder's last frames).
+    let done = dir.path().join("done");
+    stack
+        .fetch_hls("user-1/videos/opening/hls/master.m3u8", &done)
+        .await;
+    let finished = hls(&done.join("master.m3u8"))["audio"][0]["playlist"].clone();
+    let segments = p["segments"].as_array().unwrap();
+    assert_eq!(segments, finished["segments"].as_array().unwrap(), "{p}");
+    assert!(segments.len() >= 16, "{p}");
+    let audio_dir = at
+        .join(audio[0]["uri"].as_str().unwrap())
+        .parent()
+        .unwrap()
+        .to_owned();
+    for s in segments {
+        let seg = playable(&audio_dir, init, s["uri"].as_str().unwrap(), dir.path());
+        assert!(decodes(&seg) > 0);
+    }
+    // One playable event; the opening made once, nowhere in the finished outputs.
+    let playable_events = stack
+        .records(&progress_topic)
+        .into_iter()
+        .filter(|(key, e, _)| key == "opening" && !e["playable"].is_null())
+        .count();
+    assert_eq!(playable_events, 1);
+    let openings: usize = fleet
+        .iter()
+        .map(|w| logged(&w.log(), "the audio's opening landed").len())
+        .sum();
+    assert_eq!(openings, 1);
+    keys_once(&stack, "user-1/videos/opening/", |keys| {
+        keys.iter()
+            .any(|k| k.ends_with("/hls/master.m3u8") && !k.contains("/units/"))
+    })
+    .await;
+}
+
+/// The audio's opening (`Part::Opening`): the plan names it (a tenth of the program, in whole
+/// segments) and the bytes it reads; made from those bytes alone (every other byte of the
+/// file zero), it is the program's first seconds in whole segments named as the whole
+/// program's audio names them, as long as those, each decoding.
+#[test]
+fn the_audios_opening_is_its_first_seconds_as_the_whole_programs_segments() {
+    use media_worker::media::part::Part;
+    let dir = tempfile::tempdir().unwrap();
+    let source = common::synthetic::camera_like_video(dir.path(), 80, 320, 180);
+    let mut planning = job(20);
+    planning.part = Part::Plan;
+    let planned = process(&planning, &source, &dir.path().join("plan"));
+    let opening = planned.opening.expect("an opening");
+    assert_eq!(opening.secs, 8);
+    let bytes = std::fs::read(&source).unwrap();
+    let read: u64 = opening.reads.iter().map(|[a, b]| b - a).sum();
+    assert!(read * 4 < bytes.len() as u64, "{read} of {}", bytes.len());
+    let mut sparse = vec![0u8; bytes.len()];
+    for [a, b] in &opening.reads {
+        let (a, b) = (*a as usize, *b as usize);
+        sparse[a..b].copy_from_slice(&bytes[a..b]);
+    }
+    let part_of_it = dir.path().join("sparse.mp4");
+    std::fs::write(&part_of_it, sparse).unwrap();
+
+    let mut making = job(20);
+    making.part = Part::Opening(opening.secs);
+    let out_dir = dir.path().join("opening");
+    let made = process(&making, &part_of_it, &out_dir);
+    let mut whole_job = job(20);
+    whole_job.part = Part::Audio;
+    let whole_dir = dir.path().join("whole");
+    let whole = process(&whole_job, &source, &whole_dir);
+    let (track, of_all) = (&made.tracks[0], &whole.tracks[0]);
+    assert_eq!(track.segments.len(), 2, "{track:?}");
+    for (s, w) in track.segments.iter().zip(&of_all.segments) {
+        assert!((s.seconds - w.seconds).abs() < 0.03, "{s:?} against {w:?}");
+    }
+    let names = |files: &[media_worker::media::ProducedFile]| {
+        let mut n: Vec<String> = files.iter().map(|f| f.name.clone()).collect();
+        n.sort();
+        n
+    };
+    let ours = names(&made.files);
+    assert_eq!(ours.len(), 3, "{ours:?}");
+    assert!(
+        ours.iter().all(|n| names(&whole.files).contains(n)),
+        "{ours:?}"
+    );
+    let init = made
+        .files
+        .iter()
+        .find(|f| f.name.ends_with("init.mp4"))
+        .unwrap();
+    for f in made.files.iter().filter(|f| f.name.ends_with(".m4s")) {
+        let dir = f.path.parent().unwrap();
+        let seg = playable(
+            dir,
+            init.path.file_name().unwrap().to_str().unwrap(),
+            f.path.file_name().unwrap().to_str().unwrap(),
+            out_dir.as_path(),
+        );
+        assert!(decodes(&seg) > 0, "{}", f.name);
+    }
 }
 
 /// `args` to ffmpeg making `name` in `dir` (320x180 test patterns, fast).

@@ -8,15 +8,21 @@
 //! leave them as they were.
 //!
 //! - The audio's worker uploads the audio (encoded whole, a task beside the units) there,
-//!   before the audio's record.
+//!   before the audio's record. Before it, the audio's opening (its first seconds, a task of
+//!   its own: `media::part::Opening`) is uploaded there under the same names, then its record:
+//!   the stream plays on it until the whole program's audio lands, whose files replace its
+//!   own (the same segments, cut at the same times; an opening that lands after the whole
+//!   audio uploads nothing).
 //! - A unit's worker uploads its lowest rung's init and segments there before its record, so
 //!   every segment a playlist names exists before the playlist does.
 //! - After its record, the lander extends the playlist over the units landed in order from the
 //!   first: it reads `early.json` beside the plan (the units it covers, the rung's track so
 //!   far), adds the units landed after them, writes the playlist, then `early.json`. Once the
-//!   first unit and the audio have both landed, whichever lands last also writes the audio's
-//!   playlist and, last, the master (that rung and the audio): the stream is playable from
-//!   then, and that part's progress event names the master.
+//!   first unit and the audio (or its opening) have both landed, whichever lands last also
+//!   writes the audio's playlist and, last, the master (that rung and the audio): the stream
+//!   is playable from then, and that part's progress event names the master. The audio's
+//!   playlist is an EVENT playlist too: the opening's, without an end; written again over the
+//!   whole program's, with its end, once that lands.
 //!   Playlists are written `no-cache` (a CDN must not keep a growing one).
 //! - Once every unit has landed nobody extends it (the stitch is on its way); when the video is
 //!   answered, completed, the playlist is written once more over every unit with its end (the
@@ -31,11 +37,11 @@
 use super::runner::JobRunner;
 use crate::contract::OptimizeRequest;
 use crate::media::output::{FileFormat, ProducedFile, Track, names};
-use crate::media::video::units::early_stream;
+use crate::media::video::units::{EarlyAudio, early_stream};
 use crate::stages::manifest::profile_of;
 use crate::storage::{ObjectMeta, StorageError};
 use crate::units::PlanRef;
-use crate::units::store::{self, AudioRecord, PlanRecord, UnitRecord};
+use crate::units::store::{self, AudioRecord, OpeningRecord, PlanRecord, UnitRecord};
 
 /// What the growing playlist covers so far.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -47,6 +53,16 @@ struct Published {
     /// The master (and the audio's playlist) is written: the stream is playable.
     #[serde(default)]
     master: bool,
+    /// The audio's playlist is the whole program's (not its opening's).
+    #[serde(default)]
+    audio_whole: bool,
+}
+
+/// The audio the early stream can name: the whole program's, or its opening's.
+struct Heard {
+    /// None: the video has no audio.
+    track: Option<Track>,
+    whole: bool,
 }
 
 impl JobRunner {
@@ -127,15 +143,37 @@ impl JobRunner {
         let keys = store::records(storage, plan).await?;
         let landed = store::units_in(plan, &keys);
         // The master names the audio's playlist too: written once both the first unit and the
-        // audio have landed, by whichever lands last.
+        // audio (or its opening) have landed, by whichever lands last. The audio's playlist is
+        // the opening's until the whole program's lands, and is written again then.
         let audio = match keys.contains(&plan.audio_key()) {
-            true => store::read::<AudioRecord>(storage, plan, plan.audio_key()).await?,
+            true => store::read::<AudioRecord>(storage, plan, plan.audio_key())
+                .await?
+                .map(|a| Heard {
+                    track: a.track,
+                    whole: true,
+                }),
             false => None,
         };
+        let audio = match (audio, keys.contains(&plan.opening_key())) {
+            (None, true) => store::read::<OpeningRecord>(storage, plan, plan.opening_key())
+                .await?
+                .map(|o| Heard {
+                    track: Some(o.track),
+                    whole: false,
+                }),
+            (audio, _) => audio,
+        };
         let master_written = published.as_ref().is_some_and(|p| p.master);
-        // Every part landed: the stitch is on its way, and closes it (the master still written
-        // when the audio came last: the stream plays meanwhile).
-        if !done && landed.len() >= record.units.len() && (master_written || audio.is_none()) {
+        // The stream plays on the opening, and the whole program's audio is here.
+        let whole_now = master_written
+            && !published.as_ref().is_some_and(|p| p.audio_whole)
+            && audio.as_ref().is_some_and(|a| a.whole && a.track.is_some());
+        // Every part landed: the stitch is on its way, and closes it (the master and the
+        // whole audio still written when the audio came last: the stream plays meanwhile).
+        if !done
+            && landed.len() >= record.units.len()
+            && (audio.is_none() || (master_written && !whole_now))
+        {
             return Ok(None);
         }
         let mut added = 0;
@@ -158,30 +196,35 @@ impl JobRunner {
                         units: 0,
                         track: lowest,
                         master: false,
+                        audio_whole: false,
                     })
                 }
             }
             added += 1;
         }
         let mut master = audio.is_some() && published.as_ref().is_some_and(|p| !p.master);
-        let Some(mut published) = published.filter(|_| added > 0 || done || master) else {
+        let Some(mut published) = published.filter(|_| added > 0 || done || master || whole_now)
+        else {
             return Ok(None);
         };
         published.units = from + added;
         // Another lander wrote meanwhile: the playlist never shrinks and the master is written
-        // (and announced) once. What it covers as far as this one's goes, only a master it
-        // lacks is left to add, over what it wrote.
+        // (and announced) once. What it covers as far as this one's goes, only a master or a
+        // whole audio it lacks is left to add, over what it wrote.
         if !done && let Some(newer) = store::read::<Published>(storage, plan, state.clone()).await?
         {
             master &= !newer.master;
-            let written = newer.master;
+            let (written, whole_written) = (newer.master, newer.audio_whole);
             if newer.units >= published.units {
-                if !master {
+                // Nothing left to add: no master, and the whole audio written or not here.
+                let whole_left = whole_now && !whole_written;
+                if !master && !whole_left {
                     return Ok(None);
                 }
                 published = newer;
             }
             published.master |= written;
+            published.audio_whole |= whole_written;
         }
         published.master |= master;
         let job = self
@@ -189,8 +232,18 @@ impl JobRunner {
             .settings
             .media_job(profile_of(&record.request), None);
         let tmp = tempfile::tempdir_in(&self.services().settings.worker.tmp_dir)?;
-        let audio = audio.as_ref().and_then(|a| a.track.as_ref());
-        let files = early_stream(&job, &published.track, audio, master, done, tmp.path())
+        // The audio's playlist with the master, and again over the whole program's audio.
+        let heard = audio
+            .as_ref()
+            .filter(|_| master || whole_now)
+            .and_then(|a| {
+                Some(EarlyAudio {
+                    track: a.track.as_ref()?,
+                    whole: a.whole,
+                })
+            });
+        published.audio_whole |= heard.as_ref().is_some_and(|a| a.whole);
+        let files = early_stream(&job, &published.track, heard, master, done, tmp.path())
             .map_err(|e| StorageError::Scratch(format!("the early playlist: {e}")))?;
         self.publish_early(plan, &record.request, files.iter().collect())
             .await?;

@@ -38,6 +38,11 @@ pub enum As {
         plan: PlanRef,
         record: Box<PlanRecord>,
     },
+    /// The audio's opening, for the early stream (`media::part::Opening`).
+    Opening {
+        plan: PlanRef,
+        record: Box<PlanRecord>,
+    },
     Stitch {
         plan: PlanRef,
         record: Box<PlanRecord>,
@@ -52,8 +57,9 @@ impl As {
         !matches!(self, As::Request)
     }
 
-    /// A part of a planned video (a unit or the audio): its plan, the plan's record, the bytes
-    /// of the source it reads (empty: the whole file) and the key of its record.
+    /// A part of a planned video (a unit, the audio or its opening): its plan, the plan's
+    /// record, the bytes of the source it reads (empty: the whole file) and the key of its
+    /// record.
     pub fn part(&self) -> Option<(&PlanRef, &PlanRecord, &[[u64; 2]], String)> {
         match self {
             As::Unit { plan, record, unit } => {
@@ -61,6 +67,10 @@ impl As {
             }
             As::Audio { plan, record } => {
                 Some((plan, record, &record.audio_reads, plan.audio_key()))
+            }
+            As::Opening { plan, record } => {
+                let reads = record.opening.as_ref().map_or(&[][..], |o| &o.reads);
+                Some((plan, record, reads, plan.opening_key()))
             }
             As::Request | As::Stitch { .. } => None,
         }
@@ -75,6 +85,7 @@ pub struct Handing<'a> {
     pub units: Vec<Unit>,
     /// The bytes of the source the audio reads (empty: the whole file).
     pub audio_reads: Vec<[u64; 2]>,
+    pub opening: Option<crate::media::part::Opening>,
 }
 
 /// What a job handed on reports: nothing to publish.

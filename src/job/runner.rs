@@ -530,6 +530,9 @@ impl JobRunner {
             As::Request if self.dispatch().is_some() => Part::Plan,
             As::Unit { unit, .. } => Part::Unit(unit.clone()),
             As::Audio { .. } => Part::Audio,
+            As::Opening { record, .. } => {
+                Part::Opening(record.opening.as_ref().map_or(0, |o| o.secs))
+            }
             _ => Part::Whole,
         };
         if let Some(l) = landed.as_ref().filter(|l| !l.is_empty()) {
@@ -580,6 +583,7 @@ impl JobRunner {
                 fingerprint: &fingerprint,
                 units,
                 audio_reads: std::mem::take(&mut media.reads),
+                opening: media.opening.take(),
             };
             return self
                 .hand_off(handing, media, dispatch, scratch.path())

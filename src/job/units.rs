@@ -23,7 +23,7 @@ use crate::registry::JobHandle;
 use crate::scratch::ScratchDir;
 use crate::stages::{download, manifest};
 use crate::storage::{ObjectMeta, StorageError};
-use crate::units::store::{self, AudioRecord, PlanRecord, UnitRecord};
+use crate::units::store::{self, AudioRecord, OpeningRecord, PlanRecord, UnitRecord};
 use crate::units::{Dispatch, PlanRef, Task};
 
 const PARALLEL_TRANSFERS: usize = 8;
@@ -69,7 +69,7 @@ impl JobRunner {
             }
         };
         if keys.contains(&plan.answered_key()) {
-            tracing::info!(plan = plan.id(), "already answered");
+            tracing::info!(plan = plan.id(), task = task.key(), "already answered");
             return TaskEnd::Nothing;
         }
         match (task.unit, task.audio) {
@@ -87,6 +87,19 @@ impl JobRunner {
             }
             (None, true) => {
                 let role = As::Audio {
+                    plan: plan.clone(),
+                    record: Box::new(record),
+                };
+                self.part_task(role, &keys, job).await
+            }
+            // The opening is the early stream's audio until the whole program's lands: not
+            // made once it has.
+            (None, false) if task.opening && keys.contains(&plan.audio_key()) => {
+                tracing::info!(plan = plan.id(), "the audio landed: its opening not made");
+                TaskEnd::Nothing
+            }
+            (None, false) if task.opening => {
+                let role = As::Opening {
                     plan: plan.clone(),
                     record: Box::new(record),
                 };
@@ -244,8 +257,10 @@ impl JobRunner {
         };
         let what = match &role {
             As::Unit { unit, .. } => format!("unit {}", unit.index),
+            As::Opening { .. } => "the audio's opening".to_owned(),
             _ => "the audio".to_owned(),
         };
+        tracing::info!(plan = plan.id(), part = what, "part taken");
         if keys.contains(&key) {
             tracing::info!(plan = plan.id(), part = what, "already landed");
         } else if keys.contains(&plan.failed_key()) {
@@ -260,6 +275,13 @@ impl JobRunner {
             let Some(e) = r.error else {
                 return TaskEnd::Nothing;
             };
+            // But the opening's: the early stream waits for the whole program's audio, which
+            // decides the video's answer.
+            if let As::Opening { .. } = role {
+                tracing::warn!(plan = plan.id(), error = %e.message,
+                    "the audio's opening failed: the early stream waits for the whole audio");
+                return TaskEnd::Nothing;
+            }
             let (index, at_secs) = match &role {
                 As::Unit { unit, .. } => (Some(unit.index), unit_start(record, unit)),
                 _ => (None, 0.0),
@@ -459,6 +481,7 @@ impl JobRunner {
             source_size: h.source.size_bytes.unwrap_or(0),
             units: h.units,
             audio_reads: h.audio_reads,
+            opening: h.opening.filter(|_| self.early(h.req)),
             analysis,
             fingerprint: h.fingerprint.to_owned(),
         };
@@ -504,10 +527,11 @@ impl JobRunner {
             audio_missing,
             "video planned as units: sending them to the fleet"
         );
-        let mut tasks: Vec<Task> = audio_missing
-            .then(|| Task::audio(&plan))
-            .into_iter()
-            .collect();
+        // The audio's opening first: the early stream plays on it until the audio lands.
+        let opening =
+            audio_missing && record.opening.is_some() && !keys.contains(&plan.opening_key());
+        let mut tasks: Vec<Task> = opening.then(|| Task::opening(&plan)).into_iter().collect();
+        tasks.extend(audio_missing.then(|| Task::audio(&plan)));
         tasks.extend(missing.iter().map(|&i| Task::unit(&plan, i)));
         if tasks.is_empty() {
             tasks.push(Task::stitch(&plan));
@@ -534,9 +558,25 @@ impl JobRunner {
             unreachable!("a part lands")
         };
         let fail = |e: StorageError| (Failure::at(Stage::Upload)(e), Partial::default());
-        let pieces = self.store_pieces(plan, &media.files).await.map_err(fail)?;
         let worker = self.services().worker.id.clone();
         let storage = &*self.services().storage;
+        if let As::Opening { .. } = role {
+            // Its files into the early stream alone, unless the whole program's audio (whose
+            // files are named alike) landed meanwhile.
+            let track = media.tracks.into_iter().next();
+            if let Some(track) = track
+                && !self.part_landed(plan, plan.audio_key()).await
+            {
+                let files = media.files.iter().collect();
+                self.publish_early(plan, req, files).await.map_err(fail)?;
+                let record = OpeningRecord { track };
+                let write = store::write(storage, plan, key, &record, scratch);
+                write.await.map_err(fail)?;
+                tracing::info!(plan = plan.id(), %worker, "the audio's opening landed");
+            }
+            return Ok(part_done());
+        }
+        let pieces = self.store_pieces(plan, &media.files).await.map_err(fail)?;
         let early = self.early(req);
         match role {
             As::Unit { unit, .. } => {
@@ -575,12 +615,7 @@ impl JobRunner {
                 tracing::info!(plan = plan.id(), %worker, "the video's audio landed");
             }
         }
-        Ok(handed_off(&SourceInfo {
-            bucket: String::new(),
-            key: String::new(),
-            size_bytes: None,
-            etag: None,
-        }))
+        Ok(part_done())
     }
 
     /// Uploads `files` beside the plan; their names.
@@ -728,4 +763,14 @@ async fn fetch_piece(
         key: plan.piece_key(name),
     };
     storage.download(&src, &dest, u64::MAX).await.map(|_| ())
+}
+
+/// What a part that landed reports: nothing to publish, no source of its own.
+fn part_done() -> Done {
+    handed_off(&SourceInfo {
+        bucket: String::new(),
+        key: String::new(),
+        size_bytes: None,
+        etag: None,
+    })
 }

@@ -92,6 +92,7 @@ pub(crate) fn run(
         tracks: Vec::new(),
         plan: None,
         reads: Vec::new(),
+        opening: None,
     })
 }
 
@@ -125,6 +126,7 @@ pub(crate) fn outputs(
         tracks: Vec::new(),
         plan: None,
         reads: Vec::new(),
+        opening: None,
     })
 }
 

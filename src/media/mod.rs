@@ -11,6 +11,7 @@ pub mod control;
 pub mod error;
 mod gif;
 pub mod image;
+mod jpegli;
 pub mod output;
 pub mod part;
 pub mod probe;

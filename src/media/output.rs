@@ -99,6 +99,9 @@ pub struct MediaOutput {
     /// `Part::Plan`'s, what the audio reads. Empty: the whole file.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reads: Vec<[u64; 2]>,
+    /// `Part::Plan`'s: the audio's opening, for the early stream (none without audio).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opening: Option<crate::media::part::Opening>,
 }
 
 impl MediaOutput {
@@ -113,6 +116,7 @@ impl MediaOutput {
             tracks: Vec::new(),
             plan: None,
             reads,
+            opening: None,
         }
     }
 }

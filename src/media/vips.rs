@@ -123,12 +123,6 @@ unsafe extern "C" {
         option_string: *const c_char,
         ...
     ) -> *mut RawImage;
-    fn vips_jpegsave_buffer(
-        input: *mut RawImage,
-        buf: *mut *mut c_void,
-        len: *mut usize,
-        ...
-    ) -> c_int;
     fn vips_webpsave_buffer(
         input: *mut RawImage,
         buf: *mut *mut c_void,
@@ -156,9 +150,6 @@ const HEIF_COMPRESSION_AV1: c_int = 4;
 /// bytes than sharp at a better score; 5 makes 1.8 % fewer for 13 % more encoding CPU; 6 costs
 /// three times the CPU of 4.
 pub const WEBP_EFFORT: u8 = 5;
-/// Narrower JPEGs are baseline: progressive scans save about 4 % of bytes but cost about 15 %
-/// more CPU per encode, and a small image gains nothing from drawing progressively.
-pub const BASELINE_JPEG_MAX_WIDTH: u32 = 640;
 /// libvips' largest coordinate: "no limit" for the height of a width-constrained thumbnail.
 const MAX_COORD: c_int = 10_000_000;
 const G_LOG_LEVEL_WARNING: c_int = 1 << 4;
@@ -788,26 +779,28 @@ impl Image {
         std::fs::write(path, bytes).map_err(|e| VipsError(format!("{}: {e}", path.display())))
     }
 
-    /// JPEG: progressive above [`BASELINE_JPEG_MAX_WIDTH`].
+    /// JPEG through jpegli ([`super::jpegli`]): progressive above
+    /// [`super::jpegli::BASELINE_JPEG_MAX_WIDTH`].
+    /// The pixels are libvips' 8-bit sRGB; any other image is converted first (alpha composited
+    /// on white, as JPEG outputs are).
     fn encode_jpeg(&self, quality: u8) -> Result<Vec<u8>> {
-        buffer("jpegsave", |buf, len| unsafe {
-            // SAFETY: option names and types match jpegsave's arguments.
-            vips_jpegsave_buffer(
-                self.0,
-                buf,
-                len,
-                c"Q".as_ptr(),
-                quality as c_int,
-                c"interlace".as_ptr(),
-                (self.width() > BASELINE_JPEG_MAX_WIDTH) as c_int,
-                c"optimize_coding".as_ptr(),
-                TRUE,
-                c"strip".as_ptr(),
-                TRUE,
-                END,
-            )
-        })
-        .map(|b| b.to_vec())
+        let converted;
+        // SAFETY: valid image pointer.
+        let rgb8 = self.bands() == 3 && unsafe { vips_image_get_format(self.0) } == FORMAT_UCHAR;
+        let src = if rgb8 {
+            self
+        } else {
+            let srgb = self.to_srgb8()?;
+            let opaque = if srgb.has_alpha() {
+                srgb.flatten([255.0; 3])?.to_srgb8()?
+            } else {
+                srgb
+            };
+            converted = opaque.into_memory()?;
+            &converted
+        };
+        super::jpegli::encode(src.pixels()?, src.width(), src.height(), quality)
+            .map_err(|e| VipsError(e.to_string()))
     }
 
     /// Encodes as lossy WebP in memory; `then` reads libvips' buffer (which may hold metadata

@@ -234,5 +234,6 @@ fn forged_output(path: PathBuf) -> MediaOutput {
         tracks: Vec::new(),
         plan: None,
         reads: Vec::new(),
+        opening: None,
     }
 }

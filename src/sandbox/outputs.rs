@@ -192,6 +192,7 @@ mod tests {
             tracks: Vec::new(),
             plan: None,
             reads: Vec::new(),
+            opening: None,
         };
         let secret = dir.path().join("secret");
         std::fs::write(&secret, "secret").unwrap();

@@ -19,10 +19,14 @@
 //! 2. **Audio.** A task like a unit (below), sent first: loudness measured over the whole
 //!    program, then the audio encoded and normalised once (`Part::Audio`, from the audio's
 //!    packets alone), its pieces stored and its record (`records/audio.json`). Made beside the
-//!    first units, on another core, so that the stream plays once the first unit is done
-//!    (the early master names the audio), whatever the video's length: not after the whole
-//!    program's audio and then a unit. A task of its own, not the request's work, so that a
-//!    drain or a crash redoes the audio alone, never the plan with its units re-sent.
+//!    first units, on another core. A task of its own, not the request's work, so that a
+//!    drain or a crash redoes the audio alone, never the plan with its units re-sent. With
+//!    `early_playback`, the audio's **opening** goes first, a task of its own
+//!    (`Part::Opening`, `{plan_id}/opening`): its first seconds (a tenth of the program, at
+//!    most two minutes), measured and encoded on their own in a few seconds, into the early
+//!    stream only (`records/opening.json`). The stream plays once the first unit and the
+//!    opening are done, whatever the video's length: 20 minutes of audio take a core a minute.
+//!    Its failure fails nothing: the early stream then waits for the whole audio.
 //! 3. **Units.** A unit task (and the audio's) is a job like any other (a pool permit, the
 //!    sandbox, retries, held while the pod is sick): it downloads its part of the source (the
 //!    byte ranges the plan found for it, `media::video::reads`, each read only from the planned
@@ -79,6 +83,9 @@ pub struct Task {
     /// The whole video's audio.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub audio: bool,
+    /// The audio's opening, for the early stream (`media::part::Opening`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub opening: bool,
 }
 
 impl Task {
@@ -87,6 +94,7 @@ impl Task {
             plan: plan.clone(),
             unit: Some(index),
             audio: false,
+            opening: false,
         }
     }
 
@@ -95,6 +103,16 @@ impl Task {
             plan: plan.clone(),
             unit: None,
             audio: true,
+            opening: false,
+        }
+    }
+
+    pub fn opening(plan: &PlanRef) -> Task {
+        Task {
+            plan: plan.clone(),
+            unit: None,
+            audio: false,
+            opening: true,
         }
     }
 
@@ -103,12 +121,13 @@ impl Task {
             plan: plan.clone(),
             unit: None,
             audio: false,
+            opening: false,
         }
     }
 
-    /// The stitch: neither a unit nor the audio.
+    /// The stitch: neither a unit nor the audio nor its opening.
     pub fn is_stitch(&self) -> bool {
-        self.unit.is_none() && !self.audio
+        self.unit.is_none() && !self.audio && !self.opening
     }
 
     /// Where the task goes among the unit topic's partitions. Units in turn (unit `i` to the
@@ -116,23 +135,25 @@ impl Task {
     /// often as not, and the one with 18 set the video's time. The audio to the last, the
     /// farthest from unit 0's first: the two make the stream playable, and a group of two
     /// splits four partitions 0-1 / 2-3 (measured under the consumer protocol) or 0-2 / 1-3,
-    /// so they run on two members at once rather than one after the other. The stitch goes by
-    /// its key (all of a plan's stitches to one partition, see [`Stitches`]).
+    /// so they run on two members at once rather than one after the other; the audio's
+    /// opening before it there (sent first, taken first). The stitch goes by its key (all of a
+    /// plan's stitches to one partition, see [`Stitches`]).
     pub fn place(&self) -> Option<Place> {
-        match (self.unit, self.audio) {
+        match (self.unit, self.audio || self.opening) {
             (Some(i), _) => Some(Place::Nth(i)),
             (None, true) => Some(Place::Last),
             (None, false) => None,
         }
     }
 
-    /// `{plan_id}/{index}`: one video's units over many partitions; `{plan_id}/audio`; the
-    /// stitch `{plan_id}`.
+    /// `{plan_id}/{index}`: one video's units over many partitions; `{plan_id}/audio`,
+    /// `{plan_id}/opening`; the stitch `{plan_id}`.
     pub fn key(&self) -> String {
-        match (self.unit, self.audio) {
-            (Some(i), _) => format!("{}/{i}", self.plan.id()),
-            (None, true) => format!("{}/audio", self.plan.id()),
-            (None, false) => self.plan.id().to_owned(),
+        match (self.unit, self.audio, self.opening) {
+            (Some(i), _, _) => format!("{}/{i}", self.plan.id()),
+            (None, true, _) => format!("{}/audio", self.plan.id()),
+            (None, false, true) => format!("{}/opening", self.plan.id()),
+            (None, false, false) => self.plan.id().to_owned(),
         }
     }
 }
@@ -240,6 +261,7 @@ mod tests {
         // 0-2 / 1-3.
         assert_eq!(on(Task::audio(&plan), 4), Some(3));
         assert_eq!(on(Task::audio(&plan), 1), Some(0));
+        assert_eq!(on(Task::opening(&plan), 4), Some(3), "beside the audio");
         assert_eq!(on(Task::stitch(&plan), 4), None, "by its key");
     }
 
@@ -252,6 +274,7 @@ mod tests {
         let keys = [
             Task::unit(&plan, 3),
             Task::audio(&plan),
+            Task::opening(&plan),
             Task::stitch(&plan),
         ]
         .map(|t| t.key());
@@ -260,12 +283,14 @@ mod tests {
             [
                 "0123456789abcdef/3",
                 "0123456789abcdef/audio",
+                "0123456789abcdef/opening",
                 "0123456789abcdef"
             ]
         );
         for t in [
             Task::unit(&plan, 3),
             Task::audio(&plan),
+            Task::opening(&plan),
             Task::stitch(&plan),
         ] {
             let json = serde_json::to_string(&t).unwrap();
@@ -276,6 +301,7 @@ mod tests {
             serde_json::from_str::<Task>(stitch).unwrap(),
             Task::stitch(&plan)
         );
+        assert!(Task::stitch(&plan).is_stitch() && !Task::opening(&plan).is_stitch());
     }
 
     #[tokio::test]

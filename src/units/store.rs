@@ -4,6 +4,7 @@
 //! {user_id}/videos/{media_id}/units/{plan_id}/plan.json                the plan
 //!                                            /pieces/...                what the audio and units made
 //!                                            /records/audio.json        the audio's (after its pieces)
+//!                                            /records/opening.json      the audio's opening's (early stream)
 //!                                            /records/unit-00003.json   unit 3's (after its pieces)
 //!                                            /records/failed            a part failed for good
 //!                                            /records/answered          the response is published
@@ -22,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::contract::{
     ErrorCode, Loudness, MediaType, OptimizeRequest, SourceRef, Stage, VideoAnalysis, Warning,
 };
-use crate::media::part::Unit;
+use crate::media::part::{Opening, Unit};
 use crate::media::track::Track;
 use crate::stages::upload;
 use crate::storage::{ObjectMeta, Storage, StorageError};
@@ -79,6 +80,12 @@ impl PlanRef {
         self.key("records/audio.json")
     }
 
+    /// The audio's opening (`media::part::Opening`): its track, whose files are in the early
+    /// stream only.
+    pub fn opening_key(&self) -> String {
+        self.key("records/opening.json")
+    }
+
     pub fn failed_key(&self) -> String {
         self.key("records/failed")
     }
@@ -128,9 +135,19 @@ pub struct PlanRecord {
     /// the whole file.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub audio_reads: Vec<[u64; 2]>,
+    /// The audio's opening, made for the early stream (none without audio, for a short
+    /// program, or a profile without early playback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opening: Option<Opening>,
     /// The source's analysis (no poster, no loudness yet: the audio's record has it).
     pub analysis: VideoAnalysis,
     pub fingerprint: String,
+}
+
+/// The audio's opening, landed (its files in the early stream, not among the pieces).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpeningRecord {
+    pub track: Track,
 }
 
 /// The whole video's audio, made by a task of its own beside the units.

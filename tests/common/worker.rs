@@ -34,6 +34,22 @@ impl Worker {
 
     /// [`Worker::start`] on one CPU (`taskset`), as a one-core pod: it and every process it
     /// starts run there, and it sizes itself for one core.
+    /// `n` workers on `env`, each with a `WORKER_ID` of its own (`worker-{i}`), every one
+    /// ready.
+    pub async fn fleet(env: &HashMap<String, String>, n: usize) -> Vec<Worker> {
+        let fleet: Vec<Worker> = (0..n)
+            .map(|i| {
+                let mut env = env.clone();
+                env.insert("WORKER_ID".into(), format!("worker-{i}"));
+                Worker::start(&env)
+            })
+            .collect();
+        for w in &fleet {
+            w.ready().await;
+        }
+        fleet
+    }
+
     pub fn start_on_cpu(env: &HashMap<String, String>, cpu: usize) -> Worker {
         let mut worker = Worker::spawn_on(env, Some(cpu));
         wait_port(

@@ -5,6 +5,7 @@
 //! with N = cores / pool size by default: pool x threads ≈ cores, so a worker full of video
 //! jobs neither idles nor oversubscribes its CPU quota.
 
+pub mod audio;
 mod child;
 mod encode;
 pub mod ffprobe;
@@ -131,7 +132,10 @@ fn run(
         (Part::Plan, Some(plan)) => {
             return units::plan_part(job, &probe, input, out_dir, plan, ctl);
         }
-        (Part::Audio, _) => return units::audio_part(job, &probe, input, out_dir, ctl),
+        (Part::Audio, _) => return audio::audio_part(job, &probe, input, out_dir, ctl),
+        (Part::Opening(secs), _) => {
+            return audio::opening_part(job, &probe, input, out_dir, *secs, ctl);
+        }
         (_, Some(plan)) => return units::run(job, &probe, input, out_dir, &plan, ctl),
         (_, None) => {}
     }
@@ -265,6 +269,7 @@ fn run(
         tracks,
         plan: None,
         reads: Vec::new(),
+        opening: None,
     })
 }
 

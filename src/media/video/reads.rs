@@ -7,7 +7,8 @@
 //!   those are (`Part::Index`, see `stages::download::index`).
 //! - **The audio** (a task of its own, on any worker) reads every audio packet too
 //!   ([`for_audio`], named by the plan; the whole file past [`MAX_AUDIO_RANGES`]): it measures
-//!   the loudness and encodes the audio over the whole program.
+//!   the loudness and encodes the audio over the whole program. Its opening (the early
+//!   stream's audio until then) reads the audio packets of its first seconds ([`for_opening`]).
 //! - **A unit** ([`ranges`]): its ffmpeg opens the container (its header and index), seeks to
 //!   the keyframe before its range (`-ss`) and reads the video packets from there to its end
 //!   (the ranges start from the keyframe a second before its first frame: the farthest back a
@@ -225,6 +226,13 @@ pub fn for_audio(packets: &[Packet], size: u64) -> Vec<[u64; 2]> {
 }
 
 /// The container's bytes, the first seconds of every stream and the packets `also` takes.
+/// The bytes the audio's opening reads (`Part::Opening`, its first `secs`): the plan's and the
+/// audio packets up to half a second past its end (the copy stops at the first past it).
+pub fn for_opening(packets: &[Packet], size: u64, secs: u32) -> Vec<[u64; 2]> {
+    let end = f64::from(secs) + AFTER_SECS;
+    reading(packets, size, |p| !p.video && p.dts <= end)
+}
+
 fn reading(packets: &[Packet], size: u64, also: impl Fn(&Packet) -> bool) -> Vec<[u64; 2]> {
     if packets.is_empty() {
         return Vec::new();
@@ -411,6 +419,27 @@ mod tests {
                 plan.iter()
                     .all(|[a, b]| r.iter().any(|[c, d]| c <= a && b <= d))
             );
+        }
+    }
+
+    #[test]
+    fn the_opening_reads_the_audio_of_its_seconds_only() {
+        for interleaved in [true, false] {
+            let (p, size) = file(interleaved);
+            let r = for_opening(&p, size, 8);
+            let has = |x: &Packet| r.iter().any(|[a, b]| *a <= x.pos && x.pos + x.size <= *b);
+            let (inside, after): (Vec<&Packet>, Vec<&Packet>) =
+                p.iter().filter(|x| !x.video).partition(|x| x.dts <= 8.5);
+            assert!(inside.iter().all(|x| has(x)), "{r:?}");
+            assert!(after.iter().all(|x| !has(x)), "{r:?}");
+            assert!(p.iter().filter(|x| x.video && x.dts > 1.0).all(|x| !has(x)));
+            // What the probe and the demuxer read first: the container's and the head.
+            assert_eq!((r[0][0], r.last().unwrap()[1]), (0, size));
+            assert!(r.iter().all(|o| {
+                for_audio(&p, size)
+                    .iter()
+                    .any(|a| a[0] <= o[0] && o[1] <= a[1])
+            }));
         }
     }
 

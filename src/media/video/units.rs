@@ -13,8 +13,8 @@
 //!   timestamps are the video's own; it also writes its storyboard tiles and the poster
 //!   candidates in its range. A rung's init segment is the same from every unit (the same
 //!   encoder settings).
-//! - [`audio`]: the audio, loudness measured and normalised over the whole program, encoded
-//!   once (no priming gap at a unit edge).
+//! - the audio (`super::audio`): loudness measured and normalised over the whole program,
+//!   encoded once (no priming gap at a unit edge); its opening apart, for the early stream.
 //! - [`stitch`]: every rung's playlist from its units' measured segments (bandwidths over the
 //!   whole video), the master and the MPD; the progressive MP4s assembled from the segments
 //!   without encoding anything again; the storyboard sprite from the tiles; the poster chosen
@@ -24,7 +24,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::encode::{WORK, analysis, encode, ffmpeg_error, loudness_of};
+use super::encode::{WORK, analysis, encode, ffmpeg_error};
 use super::ffprobe::VideoProbe;
 use super::plan::{self, TimeBase};
 use super::transcode::{self, Span, Streaming};
@@ -36,7 +36,7 @@ use crate::media::error::{MediaError, MediaFailure, at};
 use crate::media::output::{
     FileFormat, MediaOutput, Piece, ProducedFile, Role, Track, TrackId, names,
 };
-use crate::media::part::{StitchInput, Unit};
+use crate::media::part::{Opening, StitchInput, Unit};
 use crate::media::settings::MediaJob;
 
 /// The units of this video, or `None` when it is encoded in one run: a profile without
@@ -399,38 +399,6 @@ fn candidates(
     (frames, first)
 }
 
-/// The audio over the whole video, its loudness measured and normalised first: its stream
-/// track (segments from 0) and files. `None` without audio.
-pub fn audio(
-    job: &MediaJob,
-    probe: &VideoProbe,
-    input: &Path,
-    out_dir: &Path,
-    audio_filter: Option<&str>,
-    ctl: &mut Control,
-) -> Result<Option<(Track, Vec<ProducedFile>)>, MediaFailure> {
-    if probe.audio_codec.is_none() {
-        return Ok(None);
-    }
-    let rungs = [];
-    let outputs = transcode::Outputs {
-        rungs: &rungs,
-        progressive: false,
-        stream: Some(Streaming::new(job.profile.segment_secs, probe)),
-        storyboard: None,
-        audio_filter,
-        frames: &[],
-        frame_dir: Path::new(WORK),
-        span: None,
-        first_candidate: 0,
-    };
-    let limit = transcode::time_limit(&job.video, probe, job.limits.max_video_seconds);
-    encode(job, probe, input, &outputs, limit, out_dir, ctl, &mut || {})?;
-    let (track, files) = stream::read_pieces(out_dir, TrackId::Audio, (0, 0), None, 0)
-        .map_err(at(Stage::Transform))?;
-    Ok(Some((track, files)))
-}
-
 /// What the stitch made.
 pub struct Stitched {
     pub files: Vec<ProducedFile>,
@@ -627,7 +595,7 @@ pub fn run(
     ctl: &mut Control,
 ) -> Result<MediaOutput, MediaFailure> {
     let planned = plan_part(job, probe, input, out_dir, units.to_vec(), ctl)?;
-    let audio = audio_part(job, probe, input, out_dir, ctl)?;
+    let audio = super::audio::audio_part(job, probe, input, out_dir, ctl)?;
     // The parts announced their own limits: the whole run's is a one-run encode's, and a
     // unit's base time each.
     let rungs = transcode::plan(&job.profile.renditions, probe).len() as u32;
@@ -673,7 +641,11 @@ pub fn plan_part(
     let limit = transcode::time_limit(&job.video, probe, job.limits.max_video_seconds);
     ctl.emit(Event::TimeLimit(limit));
     let work = out_dir.join(WORK);
-    let (units, reads) = with_reads(job, probe, input, &work, limit, units, ctl);
+    let opening = probe
+        .duration
+        .filter(|_| probe.audio_codec.is_some())
+        .and_then(|d| super::audio::opening_secs(d, job.profile.segment_secs));
+    let (units, reads, opening) = with_reads(job, probe, input, &work, limit, units, opening, ctl);
     Ok(MediaOutput {
         media_type: crate::contract::MediaType::Video,
         files: Vec::new(),
@@ -682,47 +654,14 @@ pub fn plan_part(
         tracks: Vec::new(),
         plan: Some(units),
         reads,
+        opening,
     })
 }
 
-/// A planned video's audio (`Part::Audio`), once for the whole program: its loudness
-/// measured, then the audio encoded and normalised. The output's `tracks` hold the audio's
-/// track (none without audio) and its `analysis` the loudness.
-pub fn audio_part(
-    job: &MediaJob,
-    probe: &VideoProbe,
-    input: &Path,
-    out_dir: &Path,
-    ctl: &mut Control,
-) -> Result<MediaOutput, MediaFailure> {
-    // A measurement and an encode of the audio, each bounded as a one-run rung.
-    let per_rung = transcode::time_limit(&job.video, probe, job.limits.max_video_seconds);
-    ctl.emit(Event::TimeLimit(per_rung * 2));
-    let mut warnings = Vec::new();
-    let work = out_dir.join(WORK);
-    let loudness = loudness_of(job, probe, input, &work, per_rung, ctl, &mut warnings)?;
-    let filter = loudness
-        .as_ref()
-        .and_then(|(m, spec)| super::loudness::normalise(m, spec));
-    ctl.emit(Event::Stage(Stage::Transform));
-    let (tracks, files) = match audio(job, probe, input, out_dir, filter.as_deref(), ctl)? {
-        Some((track, files)) => (vec![track], files),
-        None => (Vec::new(), Vec::new()),
-    };
-    Ok(MediaOutput {
-        media_type: crate::contract::MediaType::Video,
-        files,
-        analysis: Some(analysis(probe, None, loudness)),
-        warnings,
-        tracks,
-        plan: None,
-        reads: Vec::new(),
-    })
-}
-
-/// The units with the bytes each reads (see [`reads`]), and the bytes the audio reads: left
-/// empty (the whole file) for a container not read in ranges or when the packets cannot be
-/// listed.
+/// The units with the bytes each reads (see [`reads`]), the bytes the audio reads and the
+/// audio's opening (of `opening` seconds) with the bytes it reads: left empty (the whole file)
+/// for a container not read in ranges or when the packets cannot be listed.
+#[allow(clippy::too_many_arguments)]
 fn with_reads(
     job: &MediaJob,
     probe: &VideoProbe,
@@ -730,10 +669,15 @@ fn with_reads(
     work: &Path,
     limit: std::time::Duration,
     mut units: Vec<Unit>,
+    opening: Option<u32>,
     ctl: &Control,
-) -> (Vec<Unit>, Vec<[u64; 2]>) {
+) -> (Vec<Unit>, Vec<[u64; 2]>, Option<Opening>) {
+    let whole = |secs| Opening {
+        secs,
+        reads: Vec::new(),
+    };
     if !reads::ranged(probe.demuxer, input) || std::fs::create_dir_all(work).is_err() {
-        return (units, Vec::new());
+        return (units, Vec::new(), opening.map(whole));
     }
     let (Ok(size), Some(packets)) = (
         std::fs::metadata(input).map(|m| m.len()),
@@ -746,7 +690,7 @@ fn with_reads(
             &ctl.cancel,
         ),
     ) else {
-        return (units, Vec::new());
+        return (units, Vec::new(), opening.map(whole));
     };
     let rate = rate(job, probe);
     let windows: Vec<reads::Window> = units
@@ -765,18 +709,30 @@ fn with_reads(
     {
         u.reads = r;
     }
-    (units, reads::for_audio(&packets, size))
+    let opening = opening.map(|secs| Opening {
+        secs,
+        reads: reads::for_opening(&packets, size, secs),
+    });
+    (units, reads::for_audio(&packets, size), opening)
+}
+
+/// The early stream's audio this time (see [`early_stream`]): the whole program's, or its
+/// opening's until that lands.
+pub struct EarlyAudio<'a> {
+    pub track: &'a Track,
+    pub whole: bool,
 }
 
 /// What a long video publishes before it is done (`job::early`), written under `dir`: the
-/// growing playlist of its lowest rung over `lowest` (the rung's segments landed in order),
-/// and with `master` (once the first unit and the audio have landed) the audio's playlist and
-/// the master over that rung and the audio; `done`: the playlist over every unit, with its end.
-/// Named as the finished video's files, the master last.
+/// growing playlist of its lowest rung over `lowest` (the rung's segments landed in order);
+/// with `audio`, the audio's playlist (EVENT: the opening's open, the whole program's ended);
+/// with `master` (once the first unit and the audio have landed) the master over that rung and
+/// the audio; `done`: the rung's playlist over every unit, with its end. Named as the finished
+/// video's files, the master last.
 pub fn early_stream(
     job: &MediaJob,
     lowest: &Track,
-    audio: Option<&Track>,
+    audio: Option<EarlyAudio>,
     master: bool,
     done: bool,
     dir: &Path,
@@ -794,11 +750,12 @@ pub fn early_stream(
         lowest,
         stream::event_playlist(lowest, target, done),
     )];
+    if let Some(a) = &audio {
+        let bytes = stream::event_playlist(a.track, target, a.whole);
+        out.push(playlist(a.track, bytes));
+    }
     if master {
-        if let Some(a) = audio {
-            out.push(playlist(a, stream::media_playlist(a)));
-        }
-        let master = stream::master_playlist(std::slice::from_ref(lowest), audio);
+        let master = stream::master_playlist(std::slice::from_ref(lowest), audio.map(|a| a.track));
         out.push((names::HLS_MASTER.to_owned(), master, None));
     }
     out.into_iter()
@@ -847,6 +804,7 @@ pub fn unit_part(
         tracks: out.tracks,
         plan: None,
         reads: Vec::new(),
+        opening: None,
     })
 }
 
@@ -888,6 +846,7 @@ pub fn stitch_part(
         tracks: stitched.tracks,
         plan: None,
         reads: Vec::new(),
+        opening: None,
     })
 }
 
