@@ -81,8 +81,11 @@ advisory-db:
 ## measure: `cargo bench` shares its dependencies), with ffmpeg, ffprobe and tini and the libraries
 ## they load, on no base (scripts/image-root.sh; docs/operations.md, "The image"). Labelled
 ## media-worker.profile=release and with the source revision, as media_worker_build_info says.
+## The stages that need no binary (mostly downloads and package installs) build beside it.
 image: setup-test
-	cargo build --release --locked --bin media-worker
+	@mkdir -p target; scripts/image.sh --stages >target/image-stages.log 2>&1 & stages=$$!; \
+	cargo build --release --locked --bin media-worker; built=$$?; \
+	wait $$stages || { cat target/image-stages.log; exit 1; }; exit $$built
 	scripts/image.sh target/release/media-worker media-worker:latest
 
 ## For tests/container.rs only: `media-worker:attack-probe`, the same runtime with the binary the

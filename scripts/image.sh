@@ -2,6 +2,9 @@
 # Builds the runtime image of the Dockerfile with the local engine, from a binary built here:
 #   scripts/image.sh BINARY TAG          the shipped image: BINARY must not carry the attack probe
 #   scripts/image.sh BINARY TAG --probe  a test-only image: BINARY must carry it
+#   scripts/image.sh --stages            only the base and the stages that need no binary (the
+#                                        ffmpeg build, the runtime packages), into the engine's
+#                                        cache: `make image` runs it beside the release build
 # The base `debian:12-slim` of the packages stage is made once per machine with debootstrap
 # (Docker Hub is not reachable here) and imported under the tag the Dockerfile names; that stage
 # installs the runtime packages from Debian as it does anywhere, and the image keeps only what
@@ -11,7 +14,7 @@
 # (scripts/check-image-libs.py) to hold every library its programs need.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-binary=$1 tag=$2 probe=${3:-}
+binary=$1 tag=${2:-} probe=${3:-}
 # Debian's client of the engine setup.sh installs: it builds with BuildKit itself (a newer client
 # elsewhere on PATH may need the buildx plugin for that).
 docker=${DOCKER:-/usr/bin/docker}
@@ -43,6 +46,12 @@ EOF
   tar -C "$root" --numeric-owner -c . | $docker import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'CMD ["bash"]' - debian:12-slim >/dev/null
+fi
+
+if [ "$binary" = --stages ]; then
+  DOCKER_BUILDKIT=1 $docker build --quiet --network host --target packages . >/dev/null
+  echo "image: stages built"
+  exit 0
 fi
 
 if grep -q "$marker" "$binary"; then has_probe=yes; else has_probe=no; fi
