@@ -561,7 +561,8 @@ mod tests {
         // Decoded by libvips and made grey as a job does (`opaque_fit`, `Rgb::gray`), at full
         // size. Not OpenCV's `imread(IMREAD_GRAYSCALE)`: libpng's grey (PNG) truncates where
         // `cvtColor` rounds, and libjpeg's is the luma plane.
-        crate::media::init(1);
+        crate::media::vips::init(1);
+        init();
         let img = crate::media::vips::Image::open(&path)
             .and_then(|i| i.to_srgb8()?.into_memory())
             .unwrap();
