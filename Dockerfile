@@ -8,7 +8,7 @@ ARG BINARY=build
 FROM rust:1-bookworm AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev cmake g++ \
+      pkg-config libssl-dev libzstd-dev clang libclang-dev libvips-dev libopencv-dev cmake g++ \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # The source revision for media_worker_build_info (no .git in the build context):

@@ -25,15 +25,22 @@ release: setup
 demo: setup-demo release
 	RUST_LOG=warn target/release/media-worker demo $(DIR)
 
+## The tests' build: the release profile, so that the shipped binary and the tests share one
+## build of the dependencies (the dev-dependencies turn on no feature of theirs: Cargo.toml);
+## the worker's own code at opt-level 1 (a binary per test file: full optimisation would cost
+## minutes of build for nothing a test measures); the test-only feature `attack-probe`
+## (tests/confinement.rs plays a compromised decoder with it). Benchmarks (`cargo bench`) build
+## with full optimisation on the same dependencies.
+TEST_BUILD = --release --config 'profile.release.package.media-worker.opt-level=1' --features attack-probe
+
 ## Everything: formatting, lints, unit tests, and end-to-end tests against Apache Kafka + s3s-fs
 ## (on free loopback ports: scripts/kafka.sh), under cargo-nextest: a process and a time limit
 ## per test (.config/nextest.toml). The fleet scenarios run here under the default group
 ## protocol (consumer); `make test-fleet` runs them under both. Benchmarks are compiled by
-## `lint` (clippy --all-targets) and run by `make bench`. Tests are built with the test-only
-## feature `attack-probe` (tests/confinement.rs plays a compromised decoder with it). The
-## images are built first (`test-images`): tests/container.rs runs them.
+## `lint` (clippy --all-targets) and run by `make bench`. Tests are built as TEST_BUILD says.
+## The images are built first (`test-images`): tests/container.rs runs them.
 test: setup-test lint deploy-check test-images
-	cargo nextest run --features attack-probe --lib --bins --tests \
+	cargo nextest run $(TEST_BUILD) --lib --bins --tests \
 		-E 'not (binary(fleet) and test(/^classic::/))'
 
 ## Fleet delivery under faults: 3 worker processes, a 3-node Kafka cluster, a 4-partition topic,
@@ -41,7 +48,7 @@ test: setup-test lint deploy-check test-images
 ## broker down 30 s, S3 down 20 s, scale 1 -> 3 -> 1), each under both group protocols. `make
 ## test` runs the same scenarios with 60 requests each.
 test-fleet: setup-test
-	FLEET_REQUESTS=300 cargo nextest run --profile fleet --features attack-probe --test fleet --no-capture
+	FLEET_REQUESTS=300 cargo nextest run --profile fleet $(TEST_BUILD) --test fleet --no-capture
 
 ## The container and Kubernetes files: Dockerfile lint, the shipped image (its build checks that
 ## it holds every library its programs need and no attack probe: scripts/image.sh), every
@@ -58,7 +65,7 @@ lint: setup-test advisory-db
 	cargo fetch --locked --quiet
 	cargo deny --offline check advisories bans licenses sources
 	cargo fmt --all -- --check
-	cargo test --test architecture
+	cargo test $(TEST_BUILD) --test architecture
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --all-targets --features attack-probe -- -D warnings
 
@@ -89,11 +96,12 @@ image: setup-test
 	scripts/image.sh target/release/media-worker media-worker:latest
 
 ## For tests/container.rs only: `media-worker:attack-probe`, the same runtime with the binary the
-## tests are built with (debug, test-only feature, dev-dependencies' features: the build nextest
-## then finds done). The shipped image is checked to lack the probe.
+## tests are built with (TEST_BUILD: the build nextest then finds done; it replaces the shipped
+## binary in target/release, after `image` and `deploy-check` have used it). The shipped image is
+## checked to lack the probe.
 test-images: image
-	cargo test --no-run --features attack-probe --lib --bins --tests
-	scripts/image.sh target/debug/media-worker media-worker:attack-probe --probe
+	cargo test $(TEST_BUILD) --no-run --lib --bins --tests
+	scripts/image.sh target/release/media-worker media-worker:attack-probe --probe
 
 ## An SBOM of what ships, target/sbom/media-worker.cdx.json (CycloneDX 1.5): the binary's crates
 ## as built (shipped features, no build-time crates; cargo-cyclonedx, which `setup.sh --sbom`

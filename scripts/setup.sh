@@ -20,7 +20,7 @@ fi
 HLS_JS_VERSION=1.7.4
 players=${PLAYER_MODULES:-$HOME/.cache/media-worker/player}
 
-APT_PACKAGES=(pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev opencv-data ffmpeg)
+APT_PACKAGES=(pkg-config libssl-dev libzstd-dev clang libclang-dev libvips-dev libopencv-dev opencv-data ffmpeg)
 # JPEG's encoder, jpegli, is vendored C++ built by jpegli-sys with cmake.
 APT_PACKAGES+=(cmake g++)
 # Tests read outputs back with independent tools: exiftool (metadata), Pillow (colours),
