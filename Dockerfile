@@ -1,13 +1,14 @@
-# Build: Debian 12 with the -dev packages. Runtime: debian:12-slim with runtime libraries only.
-# `docker build .` compiles in the build stage. `make image` builds the same runtime stage
-# with BINARY=prebuilt: the binary built on the host (Debian 12 too), from target/image/.
+# Build: Debian 12 with the -dev packages. Runtime: the worker, ffmpeg, ffprobe and tini with the
+# libraries they load and the data they read, on no base (docs/operations.md, "The image").
+# `docker build .` compiles in the build stage. `make image` builds the same runtime with
+# BINARY=prebuilt: the release binary built on the host (Debian 12 too), from target/image/.
 # (No `# syntax=` line: the engine's own Dockerfile frontend needs no registry.)
 ARG BINARY=build
 
 FROM rust:1-bookworm AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev cmake g++ \
+      pkg-config libssl-dev libzstd-dev clang libclang-dev libvips-dev libopencv-dev cmake g++ \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # The source revision for media_worker_build_info (no .git in the build context):
@@ -27,24 +28,86 @@ COPY target/image/media-worker /src/target/release/media-worker
 # hadolint ignore=DL3006
 FROM ${BINARY} AS binary
 
-FROM debian:12-slim
-# libvips42 brings its loaders (jpeg, png, webp, gif, tiff, heif); the OpenCV runtime
-# libraries are the modules we link (contrib for img_hash); opencv-data has the cascades; tini
-# reaps ffmpeg children and forwards SIGTERM. `make test` checks with ldd that this list covers
-# every library the binary links (scripts/check-image-libs.py).
+# ffmpeg and ffprobe from Debian 12's own source (its patches, its security updates), with the
+# components the worker uses and the inputs it takes, and nothing else: Debian's build links
+# about 200 libraries (libavdevice's back-ends, flite voices, codec2, libplacebo, x265, SVT-AV1,
+# ...) that all load with it and none of which a job uses (docs/operations.md, "The image").
+# Static libav*: one file each, linked to Debian's x264, dav1d, libwebp, zimg and libxml2 (DASH
+# in). About 4 minutes on 2 cores, cached by the engine with the stage. tests/container.rs asks
+# the image's ffmpeg for every component a profile uses and runs every profile's jobs with it.
+FROM debian:12-slim AS ffmpeg
+WORKDIR /build
+RUN printf 'deb-src http://deb.debian.org/debian %s main\n' bookworm bookworm-updates \
+      > /etc/apt/sources.list.d/bookworm-src.list \
+ && echo 'deb-src http://deb.debian.org/debian-security bookworm-security main' \
+      >> /etc/apt/sources.list.d/bookworm-src.list \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends \
+      dpkg-dev gcc make nasm pkg-config libx264-dev libdav1d-dev libwebp-dev libzimg-dev \
+      libxml2-dev zlib1g-dev \
+ && apt-get source --only-source ffmpeg \
+ && mv ffmpeg-*/ src \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /build/src
+RUN ./configure --prefix=/usr/local --disable-everything --disable-autodetect \
+      --disable-doc --disable-debug --disable-ffplay --disable-avdevice --disable-postproc \
+      --disable-network --disable-shared --enable-static --enable-gpl --enable-pthreads \
+      --enable-zlib --enable-libxml2 --enable-libx264 --enable-libdav1d --enable-libwebp \
+      --enable-libzimg \
+      --enable-protocol=file,pipe \
+      --enable-demuxer=mov,matroska,avi,gif,image2,mp3,aac,ac3,eac3,flac,ogg,wav,mpegts,hls,dash,concat,h264,hevc \
+      --enable-muxer=mp4,mov,hls,dash,tee,image2,null,mpegts,matroska,webm \
+      --enable-decoder=h264,hevc,vp8,vp9,libdav1d,mpeg4,mpeg2video,mpeg1video,h263,mjpeg,prores,png,gif,rawvideo \
+      --enable-decoder=aac,aac_latm,mp3float,mp3,mp2float,mp2,opus,vorbis,flac,ac3,eac3,alac \
+      --enable-decoder=pcm_s16le,pcm_s16be,pcm_s24le,pcm_s24be,pcm_s32le,pcm_f32le,pcm_u8,pcm_alaw,pcm_mulaw \
+      --enable-encoder=libx264,aac,png,mjpeg,libwebp,libwebp_anim,wrapped_avframe,rawvideo,pcm_s16le \
+      --enable-parser=h264,hevc,vp8,vp9,av1,aac,aac_latm,mpegaudio,opus,vorbis,flac,ac3,mpeg4video,mpegvideo,h263,mjpeg,png,gif \
+      --enable-bsf=aac_adtstoasc,h264_mp4toannexb,hevc_mp4toannexb,vp9_superframe,vp9_superframe_split,av1_frame_split,extract_extradata,null \
+      --enable-filter=buffer,buffersink,abuffer,abuffersink,format,aformat,null,anull,nullsink,anullsink,copy \
+      --enable-filter=scale,zscale,tonemap,colorspace,fps,split,asplit,trim,atrim,setpts,asetpts,settb,asettb \
+      --enable-filter=select,aselect,tile,crop,pad,transpose,hflip,vflip,rotate,setsar,setdar,thumbnail \
+      --enable-filter=aresample,pan,ebur128,loudnorm,volume,ssim,psnr \
+ && make -j"$(nproc)" \
+ && make install \
+ && mkdir -p /usr/local/share/doc/ffmpeg \
+ && cp debian/copyright /usr/local/share/doc/ffmpeg/copyright \
+ && { echo 'Package: ffmpeg'; echo 'Source: ffmpeg'; \
+      echo "Version: $(dpkg-parsechangelog -S Version)"; \
+      echo "Architecture: $(dpkg --print-architecture)"; \
+      echo 'Maintainer: Debian Multimedia Maintainers <debian-multimedia@lists.debian.org>'; \
+      echo 'Description: ffmpeg and ffprobe built from this Debian source package by the'; \
+      echo ' media-worker Dockerfile with the components the worker uses (static libav*)'; \
+    } > /usr/local/share/doc/ffmpeg/status
+
+# The runtime packages as Debian ships them, from which the closure stage takes what runs:
+# libvips42 (its loaders and the vips-heif module), the OpenCV modules the binary links (contrib
+# for img_hash), opencv-data (the cascades), tini (reaps ffmpeg children and forwards SIGTERM),
+# and the libraries the ffmpeg stage's programs link (copied in beside them). Most of what they
+# pull in (OpenCV's optional stack: Qt, Mesa, GDAL, ...) never reaches the image.
+FROM debian:12-slim AS packages
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libvips42 libopencv-core406 libopencv-imgproc406 libopencv-objdetect406 \
-      libopencv-contrib406 libssl3 ffmpeg opencv-data ca-certificates tini \
- && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin media
+      libopencv-contrib406 libssl3 opencv-data ca-certificates tini \
+      libx264-164 libdav1d6 libwebp7 libzimg2 libxml2 \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=ffmpeg /usr/local/bin/ffmpeg /usr/local/bin/ffprobe /usr/bin/
+COPY --from=ffmpeg /usr/local/share/doc/ffmpeg /usr/share/doc/ffmpeg
+
+FROM packages AS closure
 COPY --from=binary /src/target/release/media-worker /usr/local/bin/media-worker
 COPY config/default.toml /etc/media-worker/default.toml
+COPY scripts/image-root.sh /usr/local/sbin/image-root
+RUN image-root /rootfs
+
+FROM scratch
+COPY --from=closure /rootfs /
 USER 10001:10001
 # Two malloc arenas: measured 364 -> 222 MB peak RSS at equal throughput (make bench).
 # TMPDIR: libraries' temporary files go to the scratch volume (the root filesystem is
 # read-only in the pod).
-ENV TMP_DIR=/scratch \
+ENV PATH=/usr/local/bin:/usr/bin \
+    TMP_DIR=/scratch \
     TMPDIR=/scratch \
     HTTP_ADDR=0.0.0.0:8080 \
     RUST_LOG=info \

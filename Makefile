@@ -25,15 +25,22 @@ release: setup
 demo: setup-demo release
 	RUST_LOG=warn target/release/media-worker demo $(DIR)
 
+## The tests' build: the release profile, so that the shipped binary and the tests share one
+## build of the dependencies (the dev-dependencies turn on no feature of theirs: Cargo.toml);
+## the worker's own code unoptimised, as in a dev build (a binary per test file: at opt-level 1
+## they took 284 s to build here, unoptimised 85 s); the test-only feature `attack-probe`
+## (tests/confinement.rs plays a compromised decoder with it). Benchmarks (`cargo bench`) build
+## with full optimisation on the same dependencies.
+TEST_BUILD = --release --config 'profile.release.package.media-worker.opt-level=0' --features attack-probe
+
 ## Everything: formatting, lints, unit tests, and end-to-end tests against Apache Kafka + s3s-fs
 ## (on free loopback ports: scripts/kafka.sh), under cargo-nextest: a process and a time limit
 ## per test (.config/nextest.toml). The fleet scenarios run here under the default group
 ## protocol (consumer); `make test-fleet` runs them under both. Benchmarks are compiled by
-## `lint` (clippy --all-targets) and run by `make bench`. Tests are built with the test-only
-## feature `attack-probe` (tests/confinement.rs plays a compromised decoder with it). The
-## images are built first (`test-images`): tests/container.rs runs them.
+## `lint` (clippy --all-targets) and run by `make bench`. Tests are built as TEST_BUILD says.
+## The images are built first (`test-images`): tests/container.rs runs them.
 test: setup-test lint deploy-check test-images
-	cargo nextest run --features attack-probe --lib --bins --tests \
+	cargo nextest run $(TEST_BUILD) --lib --bins --tests \
 		-E 'not (binary(fleet) and test(/^classic::/))'
 
 ## Fleet delivery under faults: 3 worker processes, a 3-node Kafka cluster, a 4-partition topic,
@@ -41,30 +48,28 @@ test: setup-test lint deploy-check test-images
 ## broker down 30 s, S3 down 20 s, scale 1 -> 3 -> 1), each under both group protocols. `make
 ## test` runs the same scenarios with 60 requests each.
 test-fleet: setup-test
-	FLEET_REQUESTS=300 cargo nextest run --profile fleet --features attack-probe --test fleet --no-capture
+	FLEET_REQUESTS=300 cargo nextest run --profile fleet $(TEST_BUILD) --test fleet --no-capture
 
-## The container and Kubernetes files: Dockerfile lint, every library the binary links provided
-## by the runtime stage, every kustomization rendered and validated. The debug binary links the
-## same libraries as the release one (same crates and features; the profiles differ only in
-## optimisation), and skipping the release build saves CI about 6 minutes.
-deploy-check: setup-test
+## The container and Kubernetes files: Dockerfile lint, the shipped image (its build checks that
+## it holds every library its programs need and no attack probe: scripts/image.sh), every
+## kustomization rendered and validated against the release binary the image holds.
+deploy-check: image
 	hadolint --no-color Dockerfile
-	cargo build --bin media-worker
-	@! grep -q MEDIA-WORKER-ATTACK-PROBE target/debug/media-worker || { echo "deploy-check: the shipped build carries the attack probe"; exit 1; }
-	python3 scripts/check-image-libs.py target/debug/media-worker Dockerfile
-	python3 scripts/validate-k8s.py target/debug/media-worker
+	python3 scripts/validate-k8s.py target/release/media-worker
 
 ## Supply chain: advisories, licences, banned and duplicate crates, sources (deny.toml), offline:
 ## the RustSec database from ../shared/advisory-db.bundle (`advisory-db`), the crates fetched
 ## first; formatting; no import cycle between files or folders of src/ (tests/architecture.rs);
-## clippy.
+## clippy, with and without the test-only feature. Clippy checks the release profile: it then
+## reuses the build scripts' runs of the tests' build (OpenCV's bindings, librdkafka, jpegli)
+## instead of making them again unoptimised (5.5 min of a fresh `make test`).
 lint: setup-test advisory-db
 	cargo fetch --locked --quiet
 	cargo deny --offline check advisories bans licenses sources
 	cargo fmt --all -- --check
-	cargo test --test architecture
-	cargo clippy --all-targets -- -D warnings
-	cargo clippy --all-targets --features attack-probe -- -D warnings
+	cargo test $(TEST_BUILD) --test architecture
+	cargo clippy --release --all-targets -- -D warnings
+	cargo clippy --release --all-targets --features attack-probe -- -D warnings
 
 ## The advisories against the newest RustSec database, fetched from GitHub (where it is reached).
 audit: setup-test
@@ -81,33 +86,36 @@ advisory-db:
 	  { rm -rf $$db && git clone --quiet $(ADVISORY_BUNDLE) $$db; }
 
 ## The runtime image `media-worker:latest` (what deploy/k8s runs), built by this machine's Docker
-## Engine (setup-test installs and starts it) from the binary built here. The debug binary, as in
-## deploy-check: the one `make test` builds anyway (same crates, features and libraries; a release
-## build would cost CI about 6 minutes). `make image IMAGE_PROFILE=release` ships a release build.
-IMAGE_PROFILE ?= debug
+## Engine (setup-test installs and starts it): the release build made here (the build the benches
+## measure: `cargo bench` shares its dependencies), with ffmpeg, ffprobe and tini and the libraries
+## they load, on no base (scripts/image-root.sh; docs/operations.md, "The image"). Labelled
+## media-worker.profile=release and with the source revision, as media_worker_build_info says.
+## The stages that need no binary (mostly downloads and package installs) build beside it.
 image: setup-test
-	cargo build $(if $(filter release,$(IMAGE_PROFILE)),--release) --bin media-worker
-	scripts/image.sh target/$(IMAGE_PROFILE)/media-worker media-worker:latest
+	@mkdir -p target; scripts/image.sh --stages >target/image-stages.log 2>&1 & stages=$$!; \
+	cargo build --release --locked --bin media-worker; built=$$?; \
+	wait $$stages || { cat target/image-stages.log; exit 1; }; exit $$built
+	scripts/image.sh target/release/media-worker media-worker:latest
 
-## For tests/container.rs only: `media-worker:attack-probe`, the same image with the binary the
-## tests are built with (test-only feature, dev-dependencies' features: the build nextest then
-## finds done). The shipped image is checked to lack the probe.
+## For tests/container.rs only: `media-worker:attack-probe`, the same runtime with the binary the
+## tests are built with (TEST_BUILD: the build nextest then finds done; it replaces the shipped
+## binary in target/release, after `image` and `deploy-check` have used it). The shipped image is
+## checked to lack the probe.
 test-images: image
-	cargo test --no-run --features attack-probe --lib --bins --tests
-	scripts/image.sh target/debug/media-worker media-worker:attack-probe --probe
+	cargo test $(TEST_BUILD) --no-run --lib --bins --tests
+	scripts/image.sh target/release/media-worker media-worker:attack-probe --probe
 
 ## An SBOM of what ships, target/sbom/media-worker.cdx.json (CycloneDX 1.5): the binary's crates
 ## as built (shipped features, no build-time crates; cargo-cyclonedx, which `setup.sh --sbom`
-## installs) and the Debian packages of media-worker:latest (dpkg in the image).
+## installs) and the Debian packages whose files media-worker:latest holds (its
+## /var/lib/dpkg/status.d, written with the files by scripts/image-root.sh).
 sbom: image
 	@scripts/setup.sh --sbom
 	mkdir -p target/sbom
 	cargo cyclonedx --format json --spec-version 1.5 --no-build-deps \
 		--target $$(rustc -vV | sed -n 's/^host: //p') --override-filename media-worker-crates
 	mv media-worker-crates.json target/sbom/
-	docker run --rm --network none --entrypoint dpkg-query media-worker:latest \
-		-W -f '$${Package}\t$${Version}\t$${Architecture}\n' > target/sbom/debian-packages.tsv
-	python3 scripts/sbom.py target/sbom/media-worker-crates.json target/sbom/debian-packages.tsv \
+	python3 scripts/sbom.py target/sbom/media-worker-crates.json media-worker:latest \
 		> target/sbom/media-worker.cdx.json
 	@echo "sbom: target/sbom/media-worker.cdx.json"
 

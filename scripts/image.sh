@@ -2,13 +2,19 @@
 # Builds the runtime image of the Dockerfile with the local engine, from a binary built here:
 #   scripts/image.sh BINARY TAG          the shipped image: BINARY must not carry the attack probe
 #   scripts/image.sh BINARY TAG --probe  a test-only image: BINARY must carry it
-# The base `debian:12-slim` is made once per machine with debootstrap (Docker Hub is not
-# reachable here) and imported under the tag the Dockerfile names; the runtime stage installs
-# its packages from Debian as it does anywhere. The binary (Debian 12 here too) goes in
-# stripped, through the Dockerfile's `prebuilt` stage; `docker build .` elsewhere compiles it.
+#   scripts/image.sh --stages            only the base and the stages that need no binary (the
+#                                        ffmpeg build, the runtime packages), into the engine's
+#                                        cache: `make image` runs it beside the release build
+# The base `debian:12-slim` of the packages stage is made once per machine with debootstrap
+# (Docker Hub is not reachable here) and imported under the tag the Dockerfile names; that stage
+# installs the runtime packages from Debian as it does anywhere, and the image keeps only what
+# the worker runs (scripts/image-root.sh). The binary (Debian 12 here too) goes in stripped,
+# through the Dockerfile's `prebuilt` stage; `docker build .` elsewhere compiles it. The image
+# is labelled with the binary's build profile (target/PROFILE/) and source revision, and checked
+# (scripts/check-image-libs.py) to hold every library its programs need.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-binary=$1 tag=$2 probe=${3:-}
+binary=$1 tag=${2:-} probe=${3:-}
 # Debian's client of the engine setup.sh installs: it builds with BuildKit itself (a newer client
 # elsewhere on PATH may need the buildx plugin for that).
 docker=${DOCKER:-/usr/bin/docker}
@@ -42,6 +48,12 @@ EOF
     --change 'CMD ["bash"]' - debian:12-slim >/dev/null
 fi
 
+if [ "$binary" = --stages ]; then
+  DOCKER_BUILDKIT=1 $docker build --quiet --network host --target packages . >/dev/null
+  echo "image: stages built"
+  exit 0
+fi
+
 if grep -q "$marker" "$binary"; then has_probe=yes; else has_probe=no; fi
 if [ "$probe" = --probe ] && [ $has_probe = no ]; then
   echo "image: $binary has no attack probe (build it with --features attack-probe)"; exit 1
@@ -49,18 +61,28 @@ fi
 if [ "$probe" != --probe ] && [ $has_probe = yes ]; then
   echo "image: $binary carries the attack probe: it may not ship"; exit 1
 fi
+# The profile from cargo's output directory; the revision as build.rs records it.
+profile=$(basename "$(dirname "$(realpath "$binary")")")
+revision=${MEDIA_WORKER_REVISION:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 mkdir -p target/image
 strip -o target/image/media-worker "$binary"
 old=$($docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
-# The label lets the tests check that an image holds the binary they were built with.
+# The binary's label lets the tests check that an image holds the binary they were built with.
 DOCKER_BUILDKIT=1 $docker build --quiet --network host --build-arg BINARY=prebuilt \
   --label "media-worker.binary-sha256=$(sha256sum <"$binary" | cut -d' ' -f1)" \
+  --label "media-worker.profile=$profile" \
+  --label "media-worker.revision=$revision" \
+  --label "org.opencontainers.image.revision=$revision" \
   -t "$tag" . >/dev/null
-if [ "$probe" != --probe ] && $docker run --rm --network none --entrypoint grep "$tag" -q "$marker" /usr/local/bin/media-worker; then
-  echo "image: $tag carries the attack probe"; exit 1
+if [ "$probe" != --probe ]; then
+  cid=$($docker create "$tag")
+  found=$($docker cp "$cid":/usr/local/bin/media-worker - | grep -c "$marker" || true)
+  $docker rm "$cid" >/dev/null
+  if [ "$found" != 0 ]; then echo "image: $tag carries the attack probe"; exit 1; fi
 fi
+python3 scripts/check-image-libs.py "$tag"
 # The image this one replaces (a binary layer of tens of MB each build), unless still in use.
 if [ -n "$old" ] && [ "$old" != "$($docker image inspect -f '{{.Id}}' "$tag")" ]; then
   $docker image rm "$old" >/dev/null 2>&1 || true
 fi
-echo "image: $tag, $(($($docker image inspect -f '{{.Size}}' "$tag") / 1000000)) MB"
+echo "image: $tag ($profile build, revision $revision), $(($($docker image inspect -f '{{.Size}}' "$tag") / 1000000)) MB"

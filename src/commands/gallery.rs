@@ -10,10 +10,6 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use opencv::core::{Mat, Vector};
-use opencv::imgcodecs;
-use opencv::prelude::*;
-
 use crate::contract::{
     ErrorBody, ImageAnalysis, MediaType, OptimizeResponse, Output, Status, VideoAnalysis,
 };
@@ -622,14 +618,54 @@ fn blurhash_png(hash: &str, width: u32, height: u32) -> anyhow::Result<Vec<u8>> 
     let (w, h) = fit(width, height, (32, 32));
     let rgba =
         blurhash::decode(hash, w, h, 1.0).map_err(|e| anyhow::anyhow!("blurhash {hash}: {e:?}"))?;
-    let bgr: Vec<u8> = rgba
-        .chunks_exact(4)
-        .flat_map(|p| [p[2], p[1], p[0]])
+    Ok(png_rgba(w, h, &rgba))
+}
+
+/// A PNG of 8-bit RGBA pixels, its image data stored (uncompressed deflate blocks): at most
+/// 32×32 px here, 4 KiB.
+fn png_rgba(width: u32, height: u32, rgba: &[u8]) -> Vec<u8> {
+    fn crc32(bytes: &[u8]) -> u32 {
+        !bytes.iter().fold(!0u32, |c, &b| {
+            (0..8).fold(c ^ b as u32, |c, _| {
+                (c >> 1) ^ (0xedb8_8320 & (c & 1).wrapping_neg())
+            })
+        })
+    }
+    fn chunk(png: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]) {
+        png.extend((data.len() as u32).to_be_bytes());
+        let start = png.len();
+        png.extend(kind);
+        png.extend(data);
+        let crc = crc32(&png[start..]);
+        png.extend(crc.to_be_bytes());
+    }
+    // Each row behind its filter byte (0: none).
+    let raw: Vec<u8> = rgba
+        .chunks_exact(width as usize * 4)
+        .flat_map(|row| std::iter::once(0).chain(row.iter().copied()))
         .collect();
-    let mat = Mat::new_rows_cols_with_bytes::<opencv::core::Vec3b>(h as i32, w as i32, &bgr)?;
-    let mut png = Vector::<u8>::new();
-    imgcodecs::imencode_def(".png", &mat, &mut png)?;
-    Ok(png.to_vec())
+    // zlib: header, stored blocks of at most 65535 bytes, Adler-32.
+    let mut z = vec![0x78, 0x01];
+    let blocks: Vec<&[u8]> = raw.chunks(0xffff).collect();
+    for (i, block) in blocks.iter().enumerate() {
+        let len = block.len() as u16;
+        z.push(u8::from(i + 1 == blocks.len()));
+        z.extend(len.to_le_bytes());
+        z.extend((!len).to_le_bytes());
+        z.extend(*block);
+    }
+    let (a, b) = raw.iter().fold((1u32, 0u32), |(a, b), &x| {
+        let a = (a + x as u32) % 65521;
+        (a, (b + a) % 65521)
+    });
+    z.extend((b << 16 | a).to_be_bytes());
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut header = [width.to_be_bytes(), height.to_be_bytes()].concat();
+    header.extend([8, 6, 0, 0, 0]);
+    chunk(&mut png, b"IHDR", &header);
+    chunk(&mut png, b"IDAT", &z);
+    chunk(&mut png, b"IEND", &[]);
+    png
 }
 
 /// `width`×`height` scaled to fit `bound` (never enlarged), at least 1×1.
@@ -775,5 +811,15 @@ mod tests {
     fn a_blurhash_decodes_to_a_png() {
         let png = blurhash_png("LEHV6nWB2yk8pyo0adR*.7kCMdnj", 3024, 4032).unwrap();
         assert_eq!(&png[1..4], b"PNG");
+        // Read back by libvips' PNG loader (libspng): 24×32, opaque, the hash's colours.
+        crate::media::init(1);
+        let img = crate::media::vips::Image::from_buffer(&png).unwrap();
+        assert_eq!((img.width(), img.height(), img.bands()), (24, 32, 4));
+        let px = img.pixels().unwrap();
+        assert!(px.chunks_exact(4).all(|p| p[3] == 255));
+        assert!(
+            px.chunks_exact(4).any(|p| p[..3] != px[..3]),
+            "not one flat colour"
+        );
     }
 }

@@ -9,9 +9,11 @@ use async_trait::async_trait;
 use aws_config::BehaviorVersion;
 use aws_config::timeout::TimeoutConfig;
 use aws_sdk_s3::Client;
+use aws_sdk_s3::config::SharedHttpClient;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::{ByteStream, Length};
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_smithy_http_client::tls;
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
 use super::interface::{Head, ObjectMeta, SourceObject, Storage, StorageError};
@@ -20,6 +22,15 @@ use crate::contract::SourceRef;
 
 /// Parts of a multipart upload (S3's minimum is 5 MiB).
 const PART_SIZE: u64 = 8 * 1024 * 1024;
+
+/// The SDK's HTTPS client (hyper, rustls on ring), for the storage and its credential providers.
+pub fn http_client() -> SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https()
+}
 
 pub struct S3Storage {
     client: Client,
@@ -36,6 +47,7 @@ impl S3Storage {
         // from the environment): one failed PUT is retried in place instead of redoing the job.
         // The worker's own attempts (RETRY_COUNT) come on top, for outages.
         let shared = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(http_client())
             .timeout_config(timeouts)
             .load()
             .await;

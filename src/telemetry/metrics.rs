@@ -66,7 +66,7 @@ pub struct Metrics {
     pub api_duration: HistogramVec,
     /// Job API requests being answered.
     pub api_in_flight: IntGauge,
-    /// 1, labelled with the version and source revision of this binary.
+    /// 1, labelled with the version, source revision and build profile of this binary.
     pub build_info: IntGaugeVec,
     /// 1 for each sandbox layer active on this kernel, 0 for each that is not (`sandbox::layers`).
     pub sandbox_layers: IntGaugeVec,
@@ -302,9 +302,9 @@ impl Metrics {
                 IntGaugeVec::new(
                     Opts::new(
                         name("build_info"),
-                        "1, labelled with this binary's version and source revision",
+                        "1, labelled with this binary's version, source revision and build profile",
                     ),
-                    &["version", "revision"],
+                    &["version", "revision", "profile"],
                 )
                 .unwrap(),
             ),
@@ -323,7 +323,11 @@ impl Metrics {
         };
         m.init_series();
         m.build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION"), env!("MEDIA_WORKER_REVISION")])
+            .with_label_values(&[
+                env!("CARGO_PKG_VERSION"),
+                env!("MEDIA_WORKER_REVISION"),
+                env!("MEDIA_WORKER_PROFILE"),
+            ])
             .set(1);
         m
     }

@@ -56,6 +56,7 @@ impl S3 {
             aws_sdk_s3::config::Credentials::new(ACCESS_KEY, SECRET_KEY, None, None, "test");
         let conf = aws_sdk_s3::config::Builder::new()
             .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .http_client(media_worker::storage::s3_http_client())
             .region(aws_sdk_s3::config::Region::new("us-east-1"))
             .endpoint_url(self.endpoint())
             .credentials_provider(creds)
