@@ -1,4 +1,4 @@
-// The `variants` outputs made by sharp, as its users write them: one pipeline per output
+// The `variants` outputs (and AVIF) made by sharp, as its users write them: one pipeline per output
 // (auto-orient, resize without enlargement, sRGB, no metadata), JPEG flattened onto white.
 //
 //   node sharp.mjs <sharp module dir> <out dir>  < jobs (JSON lines)
@@ -34,7 +34,9 @@ for await (const line of createInterface({ input: process.stdin })) {
         const ext = format === "jpeg" ? "jpg" : format;
         const path = join(dir, `${width}w.${ext}`);
         let p = sharp(job.source).autoOrient().resize({ width, withoutEnlargement: true });
-        p = format === "jpeg" ? p.flatten({ background: "#ffffff" }).jpeg({ quality }) : p.webp({ quality });
+        if (format === "jpeg") p = p.flatten({ background: "#ffffff" }).jpeg({ quality });
+        else if (format === "avif") p = p.avif({ quality }); // sharp's defaults: effort 4, 4:4:4
+        else p = p.webp({ quality });
         const info = await p.toFile(path);
         outputs.push({ format, width: info.width, height: info.height, path, bytes: info.size });
       }
