@@ -2,7 +2,7 @@
 // (auto-orient, resize without enlargement, sRGB, no metadata), JPEG flattened onto white.
 //
 //   node sharp.mjs <sharp module dir> <out dir>  < jobs (JSON lines)
-// A job: {"source", "name", "widths": [..], "formats": [{"format", "quality"}]}; one JSON line
+// A job: {"source", "name", "widths": [..], "formats": [{"format", "quality", "mozjpeg"?}]}; one JSON line
 // out per job: {"name", "outputs": [{"format", "width", "path"}], "cpu_ms": {format: ms}} or
 // {"name", "error"}. sharp runs on one thread, like one job of the worker's pool.
 import { createRequire } from "node:module";
@@ -28,13 +28,13 @@ for await (const line of createInterface({ input: process.stdin })) {
   const outputs = [];
   const cpu = {};
   try {
-    for (const { format, quality } of job.formats) {
+    for (const { format, quality, mozjpeg = false } of job.formats) {
       const start = process.cpuUsage();
       for (const width of job.widths) {
         const ext = format === "jpeg" ? "jpg" : format;
         const path = join(dir, `${width}w.${ext}`);
         let p = sharp(job.source).autoOrient().resize({ width, withoutEnlargement: true });
-        if (format === "jpeg") p = p.flatten({ background: "#ffffff" }).jpeg({ quality });
+        if (format === "jpeg") p = p.flatten({ background: "#ffffff" }).jpeg({ quality, mozjpeg });
         else if (format === "avif") p = p.avif({ quality }); // sharp's defaults: effort 4, 4:4:4
         else p = p.webp({ quality });
         const info = await p.toFile(path);
