@@ -140,8 +140,9 @@ bench: setup-test sharp
 
 ## Bytes at equal quality against sharp (npm, installed here into a cache, never a runtime
 ## dependency; `make bench` also races it, and a plain libvips loop, against the whole worker),
-## fixed and auto quality, scored with dssim (cargo-installed into the same cache) and
-## SSIMULACRA2.
+## fixed and auto quality (the `picture` profile: AVIF, WebP, JPEG), sharp's JPEG at its default
+## and with mozjpeg, its AVIF at its defaults; scored with dssim (cargo-installed into the same
+## cache) and an SSIMULACRA2 written apart from the worker's (ssimu2-lite); issue 57's goals.
 TOOLS ?= $(HOME)/.cache/media-worker
 SHARP_VERSION ?= 0.35.5
 DSSIM_VERSION ?= 3.5.1
