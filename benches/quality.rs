@@ -4,7 +4,7 @@
 //!                                  [--rounds 3]
 //!   cargo bench --bench quality -- --calibrate [--profile picture] [--target 70]
 //!   cargo bench --bench quality -- --sharp DIR --dssim PATH --ceiling webp|jpeg
-//!                                  [--qualities 50,56,..]
+//!                                  [--qualities 50,56,..] [--metric ssimulacra2|ssim]
 //!
 //! For each corpus photo, the variants of a fixed-quality profile and of an auto-quality one as
 //! the worker makes them (`media::process`, one format at a time, so that CPU is per format,
@@ -72,9 +72,10 @@ fn cpu_ms() -> f64 {
     t(ru.ru_utime) + t(ru.ru_stime)
 }
 
-/// `--calibrate`: for each corpus photo, auto format and width, the lowest quality that meets
-/// `--target` found on that width itself, against the quality carried from the proxy (the
-/// narrowest variant): what `media::quality::carry` should add at each width.
+/// `--calibrate`: for each corpus photo, auto format searched on a proxy (AVIF) and width, the
+/// lowest quality that meets `--target` found on that width itself, against the quality
+/// carried from the proxy (the narrowest variant): what `media::quality::carry` should add at
+/// each width.
 fn calibrate(job: &media::MediaJob, corpus: &Path, target: f64) {
     use media::quality::{self, Scorer};
     println!("| format | photo | width | ratio | own quality | proxy quality | carried | delta |");
@@ -95,19 +96,23 @@ fn calibrate(job: &media::MediaJob, corpus: &Path, target: f64) {
             continue;
         }
         let (pw, proxy) = stills.last().expect("a variant");
+        // Only the formats searched on a proxy (the others are checked on every output).
         for spec in &job.profile.formats {
             let f = spec.format;
+            if quality::base(f, 0, target).is_some() {
+                continue;
+            }
             let search = |img: &media::vips::Image, w: u32| {
                 let scorer = Scorer::new(img).expect("scorer");
                 scorer
-                    .search(img, f, quality::effort(f, w), target)
+                    .search(img, f, quality::effort(f, w), target, None)
                     .expect("search")
                     .quality
             };
             let qp = search(proxy, *pw);
             for (w, img) in &stills {
                 let own = search(img, *w);
-                let carried = quality::carry(f, qp, *pw, *w);
+                let carried = quality::carry(qp, *pw, *w);
                 let delta = own as i32 - qp as i32;
                 println!(
                     "| {} | {photo} | {w} | {:.1} | {own} | {qp} | {carried} | {delta} |",
@@ -342,9 +347,15 @@ fn ceiling(settings: &Settings, root: &Path, sharp_dir: &Path, dssim: &Path, for
         .collect();
     // Only outputs scored at every quality, and made by sharp too.
     outputs.retain(|k, p| p.len() == qualities.len() && sharp.contains_key(k));
-    let (bytes, mean, worst) = ceiling::totals(outputs.keys().map(|k| sharp[k]));
+    let metric = ceiling::Metric::parse(&arg("--metric", "ssimulacra2"));
+    let (bytes, mean, worst) = ceiling::totals(metric, outputs.keys().map(|k| sharp[k]));
     let sharp = ceiling::Sharp { bytes, mean, worst };
-    ceiling::Grid { qualities, outputs }.report(format, sharp);
+    ceiling::Grid {
+        qualities,
+        outputs,
+        metric,
+    }
+    .report(format, sharp);
 }
 
 fn point(m: &Made) -> ceiling::Point {

@@ -269,16 +269,27 @@ fn where_cpu_goes(settings: &Settings, corpus: &Path, photos: &[Photo], rounds: 
                     add(format!("{} {}w", spec.format.name(), bucket(w)), t);
                 }
             }
-            let (_, proxy) = stills.narrowest().unwrap();
-            let t = cpu_seconds();
-            let scorer = quality::Scorer::new(proxy).unwrap();
-            add("auto: scorer reference".into(), t);
+            // Auto quality: each output of a format with a base searched from it on its own
+            // pixels (the scorer's reference included), the others on the proxy.
+            let (proxy_width, _) = stills.narrowest().unwrap();
             for spec in &auto.profile.formats {
                 let target = spec.auto_target().expect("auto has auto qualities");
-                let t = cpu_seconds();
-                let effort = quality::effort(spec.format, proxy.width());
-                scorer.search(proxy, spec.format, effort, target).unwrap();
-                add(format!("auto: {} search", spec.format.name()), t);
+                for (w, img) in stills.iter() {
+                    let base = quality::base(spec.format, w, target);
+                    if base.is_none() && w != proxy_width {
+                        continue;
+                    }
+                    let t = cpu_seconds();
+                    let scorer = quality::Scorer::new(img).unwrap();
+                    let effort = quality::effort(spec.format, w);
+                    scorer
+                        .search(img, spec.format, effort, target, base)
+                        .unwrap();
+                    add(
+                        format!("auto: {} search {}w", spec.format.name(), bucket(w)),
+                        t,
+                    );
+                }
             }
         }
     }

@@ -3,12 +3,15 @@
 //!
 //! Every variant of the fixed profile is made at each of `--qualities` and scored (SSIM
 //! against the Pillow reference, and SSIMULACRA2), so each output's bytes and scores are known
-//! at every quality. Then, per rule, the fewest bytes that still reach sharp's mean SSIM with a
-//! worst output no worse than sharp's:
+//! at every quality. Then, per rule, the fewest bytes that still reach sharp's mean score
+//! (`--metric ssimulacra2`, the default, or `ssim`) with a worst output no worse than sharp's:
 //!
 //! - one quality for every output (what a fixed profile can do);
 //! - one quality per width bucket (320 px and under, 640 and under, wider), the same for
 //!   every photo;
+//! - one quality per width bucket, each output raised to its own lowest quality reaching a
+//!   SSIMULACRA2 floor: the bucket spends bytes where the mean gains most, the floor holds
+//!   the worst;
 //! - each output at its own lowest quality reaching a SSIMULACRA2 target, or a SSIM target:
 //!   auto quality's rule with a perfect search at every width, the least target that reaches
 //!   sharp's mean;
@@ -31,9 +34,41 @@ pub struct Point {
 pub struct Grid {
     pub qualities: Vec<u8>,
     pub outputs: BTreeMap<(String, u32), Vec<Point>>,
+    pub metric: Metric,
 }
 
-/// sharp's figures at the fixed profile's quality: total bytes, mean and worst SSIM.
+/// The score the mean and the worst are taken of.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Metric {
+    Ssim,
+    Ssimulacra2,
+}
+
+impl Metric {
+    pub fn parse(name: &str) -> Metric {
+        match name {
+            "ssim" => Metric::Ssim,
+            "ssimulacra2" => Metric::Ssimulacra2,
+            _ => panic!("--metric ssim|ssimulacra2"),
+        }
+    }
+
+    fn of(self, p: &Point) -> f64 {
+        match self {
+            Metric::Ssim => p.ssim,
+            Metric::Ssimulacra2 => p.ssimulacra2,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Metric::Ssim => "SSIM",
+            Metric::Ssimulacra2 => "SSIMULACRA2",
+        }
+    }
+}
+
+/// sharp's figures at the fixed profile's quality: total bytes, mean and worst score.
 #[derive(Debug, Clone, Copy)]
 pub struct Sharp {
     pub bytes: u64,
@@ -41,14 +76,14 @@ pub struct Sharp {
     pub worst: f64,
 }
 
-/// Total bytes, mean and worst SSIM of `points`.
-pub fn totals(points: impl IntoIterator<Item = Point>) -> (u64, f64, f64) {
+/// Total bytes, mean and worst `metric` of `points`.
+pub fn totals(metric: Metric, points: impl IntoIterator<Item = Point>) -> (u64, f64, f64) {
     let (mut n, mut bytes, mut total, mut worst) = (0, 0, 0.0, f64::INFINITY);
     for p in points {
         n += 1;
         bytes += p.bytes;
-        total += p.ssim;
-        worst = worst.min(p.ssim);
+        total += metric.of(&p);
+        worst = worst.min(metric.of(&p));
     }
     (bytes, total / n as f64, worst)
 }
@@ -57,9 +92,12 @@ pub fn totals(points: impl IntoIterator<Item = Point>) -> (u64, f64, f64) {
 type Choice = Vec<usize>;
 
 impl Grid {
-    /// Total bytes, mean and worst SSIM of a choice.
+    /// Total bytes, mean and worst score of a choice.
     fn sum(&self, choice: &Choice) -> (u64, f64, f64) {
-        totals(self.outputs.values().zip(choice).map(|(p, i)| p[*i]))
+        totals(
+            self.metric,
+            self.outputs.values().zip(choice).map(|(p, i)| p[*i]),
+        )
     }
 
     fn reaches(&self, choice: &Choice, sharp: Sharp) -> Option<(u64, f64, f64)> {
@@ -79,18 +117,25 @@ impl Grid {
             .collect()
     }
 
-    /// The fewest bytes reaching sharp by one quality per width bucket.
-    fn per_width(&self, sharp: Sharp) -> Option<((u64, f64, f64), [u8; 3])> {
+    /// The fewest bytes reaching sharp by one quality per width bucket, each output raised
+    /// to its own lowest quality reaching the SSIMULACRA2 `floor` when there is one.
+    fn per_width(&self, sharp: Sharp, floor: Option<f64>) -> Option<((u64, f64, f64), [u8; 3])> {
         let bucket = |w: u32| match w {
             0..=320 => 0,
             321..=640 => 1,
             _ => 2,
         };
+        let own = floor.map(|t| self.lowest_reaching(|p| p.ssimulacra2, t));
         let n = self.qualities.len();
         let mut best: Option<((u64, f64, f64), [u8; 3])> = None;
         for i in 0..n * n * n {
             let q = [i % n, i / n % n, i / (n * n)];
-            let choice = self.outputs.keys().map(|(_, w)| q[bucket(*w)]).collect();
+            let choice = self
+                .outputs
+                .keys()
+                .enumerate()
+                .map(|(o, (_, w))| q[bucket(*w)].max(own.as_ref().map_or(0, |own| own[o])))
+                .collect();
             if let Some(r) = self.reaches(&choice, sharp)
                 && best.is_none_or(|(b, _)| r.0 < b.0)
             {
@@ -102,7 +147,7 @@ impl Grid {
 
     /// The fewest bytes reaching sharp by any quality per output, and a floor under them.
     ///
-    /// Per lambda, each output at the quality minimising bytes - lambda * SSIM among those at
+    /// Per lambda, each output at the quality minimising bytes - lambda * score among those at
     /// least sharp's worst; the best of those is then lowered greedily (the step saving most
     /// bytes per SSIM lost) while the mean holds, for what a lambda's steps leave over. The
     /// floor is weak duality: any choice meeting the mean has bytes >= sum of those minima +
@@ -111,15 +156,21 @@ impl Grid {
         let n = self.outputs.len() as f64;
         let mut best: Option<(u64, f64, f64, Choice)> = None;
         let mut floor = f64::NEG_INFINITY;
-        // Bytes per unit of SSIM: from nothing to far past the steepest step on the corpus.
-        for lambda in (0..4000).map(|i| 1e3 * 1.004f64.powi(i) - 1e3) {
-            let cost = |p: &Point| p.bytes as f64 - lambda * p.ssim;
+        let score = |p: &Point| self.metric.of(p);
+        // Bytes per unit of score: from nothing to far past the steepest step on the corpus
+        // (SSIMULACRA2's unit is about 10^4 times SSIM's).
+        let unit = match self.metric {
+            Metric::Ssim => 1.0,
+            Metric::Ssimulacra2 => 1e-4,
+        };
+        for lambda in (0..4000).map(|i| (1e3 * 1.004f64.powi(i) - 1e3) * unit) {
+            let cost = |p: &Point| p.bytes as f64 - lambda * score(p);
             let mut dual = lambda * n * sharp.mean;
             let mut choice = Choice::new();
             for p in self.outputs.values() {
                 // No quality keeps this output at sharp's worst: no choice reaches sharp.
                 let i = (0..p.len())
-                    .filter(|i| p[*i].ssim >= sharp.worst)
+                    .filter(|i| score(&p[*i]) >= sharp.worst)
                     .min_by(|a, b| cost(&p[*a]).total_cmp(&cost(&p[*b])))?;
                 dual += cost(&p[i]);
                 choice.push(i);
@@ -133,7 +184,7 @@ impl Grid {
         }
         let (.., mut choice) = best?;
         let points: Vec<&Vec<Point>> = self.outputs.values().collect();
-        let mut total: f64 = points.iter().zip(&choice).map(|(p, i)| p[*i].ssim).sum();
+        let mut total: f64 = points.iter().zip(&choice).map(|(p, i)| score(&p[*i])).sum();
         loop {
             // The one-step lowering with the most bytes saved per SSIM lost that keeps both
             // the mean and the output's floor.
@@ -141,18 +192,18 @@ impl Grid {
                 .filter(|o| choice[*o] > 0)
                 .map(|o| (o, points[o][choice[o]], points[o][choice[o] - 1]))
                 .filter(|(_, now, lower)| {
-                    lower.ssim >= sharp.worst
-                        && (total - now.ssim + lower.ssim) / n >= sharp.mean
+                    score(lower) >= sharp.worst
+                        && (total - score(now) + score(lower)) / n >= sharp.mean
                         && lower.bytes < now.bytes
                 })
                 .max_by(|(_, a, la), (_, b, lb)| {
                     let gain = |now: &Point, lower: &Point| {
-                        (now.bytes - lower.bytes) as f64 / (now.ssim - lower.ssim).max(1e-12)
+                        (now.bytes - lower.bytes) as f64 / (score(now) - score(lower)).max(1e-12)
                     };
                     gain(a, la).total_cmp(&gain(b, lb))
                 });
             let Some((o, now, lower)) = step else { break };
-            total += lower.ssim - now.ssim;
+            total += score(&lower) - score(&now);
             choice[o] -= 1;
         }
         Some((self.reaches(&choice, sharp)?, floor))
@@ -167,8 +218,9 @@ impl Grid {
             ),
             None => println!("| {format} | {rule} | - | not reached | - | - |"),
         };
+        let m = self.metric.name();
         println!(
-            "\n{} outputs of {format} at qualities {:?}; sharp: {} bytes, mean SSIM {:.5}, worst \
+            "\n{} outputs of {format} at qualities {:?}; sharp: {} bytes, mean {m} {:.5}, worst \
              {:.5}",
             self.outputs.len(),
             self.qualities,
@@ -176,15 +228,28 @@ impl Grid {
             sharp.mean,
             sharp.worst
         );
-        println!("\n| format | rule | bytes | vs sharp | mean SSIM | worst SSIM |");
+        println!("\n| format | rule | bytes | vs sharp | mean {m} | worst {m} |");
         println!("|---|---|---|---|---|---|");
         for (i, q) in self.qualities.iter().enumerate() {
             let (bytes, mean, worst) = self.sum(&vec![i; self.outputs.len()]);
             line(&format!("every output at q{q}"), Some((bytes, mean, worst)));
         }
-        match self.per_width(sharp) {
+        match self.per_width(sharp, None) {
             Some((r, q)) => line(&format!("per width q{}/q{}/q{}", q[0], q[1], q[2]), Some(r)),
             None => line("per width", None),
+        }
+        // The floors auto quality's targets span ("medium" 50 to "very high" 80).
+        for floor in (50..=80).step_by(5).map(f64::from) {
+            match self.per_width(sharp, Some(floor)) {
+                Some((r, q)) => line(
+                    &format!(
+                        "per width q{}/q{}/q{}, each output raised to SSIMULACRA2 {floor}",
+                        q[0], q[1], q[2]
+                    ),
+                    Some(r),
+                ),
+                None => line(&format!("per width, raised to SSIMULACRA2 {floor}"), None),
+            }
         }
         // The least target reaching sharp: SSIMULACRA2 in steps of 1, SSIM of 0.0001.
         let least = |score: &dyn Fn(&Point) -> f64, targets: &mut dyn Iterator<Item = f64>| {

@@ -1,15 +1,24 @@
-//! Auto quality (`quality = "auto"`): per image and format, the lowest encoder quality whose
-//! output scores at least the format's target on SSIMULACRA2 (`fast-ssim2`; 100 = identical,
-//! 90 visually lossless at 1:1, 70 high, 50 medium).
+//! Auto quality (`quality = "auto"`): every output scores at least the format's target on
+//! SSIMULACRA2 (`fast-ssim2`; 100 = identical, 90 visually lossless at 1:1, 70 high, 50
+//! medium), at the lowest encoder quality that does so and is not under its width's base.
 //!
-//! Scoring costs 70-100 ns a pixel (4.5 ms for a 320 px variant, 235 ms for a 1920 px one),
-//! so the search runs on one small image, the proxy: the narrowest variant, whose winning
-//! encoding ships as is. The wider variants take the proxy's quality with a per-width
-//! correction ([`carry`]) measured on the corpus (`cargo bench --bench quality --
-//! --calibrate` finds each width's own lowest quality). A window of the widest variant at its
-//! own scale did not predict that variant better (its busiest window needed up to 18 steps
-//! less than the whole), so the correction is per width bucket: measured steps above the
-//! proxy's quality, or a measured floor ([`CARRY`]).
+//! **WebP and JPEG: each output checked, from its width's base ([`base`]).** An output is
+//! encoded at the quality its width bucket takes for the target, scored against its own pixels,
+//! and searched upward only when it misses. The base is the rule that buys the most score per
+//! byte: each output at its own lowest quality for one score spends bytes where they buy least
+//! (a busy photo's wide variant climbs many steps for a point, an easy photo's loses many for
+//! few bytes), so for sharp's mean score it needs more bytes than sharp's one fixed quality
+//! (`make bench-quality -- --ceiling`: 1.06x for WebP); one quality per width bucket, every
+//! output still raised to the target, needs far fewer ([`BASE`]). Scoring costs 70-100 ns a
+//! pixel (4.5 ms for a 320 px variant, 235 ms for a 1920 px one), once per output that meets
+//! its base.
+//!
+//! **AVIF: one search on a proxy, carried to the wider variants ([`carry`]).** An AVIF encode
+//! of a wide variant costs seconds, so the search runs on one small image, the proxy: the
+//! narrowest variant, whose winning encoding ships as is. The wider variants take the proxy's
+//! quality with a per-width correction measured on the corpus (`cargo bench --bench quality --
+//! --calibrate` finds each width's own lowest quality): steps above the proxy's quality
+//! ([`CARRY`]).
 
 use fast_ssim2::{PixelDescriptor, PixelSlice, Ssimulacra2Reference};
 
@@ -70,16 +79,19 @@ impl Scorer {
         with_slice(&decoded, |s| self.reference.compare(s))
     }
 
-    /// The lowest quality (within the format's range) whose encoding of `proxy` scores at
-    /// least `target`: a bracketing search that interpolates between the qualities it tried.
+    /// The lowest quality (within the format's range, and not under `from`) whose encoding of
+    /// `proxy` scores at least `target`: a bracketing search that interpolates between the
+    /// qualities it tried, from the format's first guess (or `from`, when higher).
     pub fn search(
         &self,
         proxy: &Image,
         format: OutputFormat,
         effort: u8,
         target: f64,
+        from: Option<u8>,
     ) -> Result<Found, VipsError> {
         let (lo, hi, start) = range(format);
+        let lo = from.map_or(lo, |from| from.clamp(lo, hi));
         let start = (start as f64 + (target - 70.0) / SLOPE).clamp(lo as f64, hi as f64) as u8;
         // The highest quality known to miss and the lowest known to meet, with their scores.
         let mut miss: Option<(u8, f64)> = None;
@@ -161,40 +173,45 @@ impl Scorer {
 /// Widths (as multiples of the proxy's) at which [`CARRY`] was measured.
 const RATIOS: [f64; 5] = [1.0, 1.6, 2.5, 4.5, 6.0];
 
-/// Per format, at each of [`RATIOS`]: the quality steps a variant needs above its proxy's, and
-/// the least quality it needs whatever the proxy's; a variant gets the larger of the two.
-/// Fitted to the 36 corpus images at SSIMULACRA2 70 (`cargo bench --bench quality --
-/// --calibrate`) so that every variant of those meets its target. WebP needs the most: at full
-/// size it smooths grain a downscale no longer shows, so its wide variants needed 73-80
-/// whatever their proxy needed (47-76); steps alone had to add up to 29 to every photo.
-const CARRY: [(OutputFormat, [f64; 5], [f64; 5]); 3] = [
-    (
-        OutputFormat::Webp,
-        [0.0, 7.0, 7.0, 7.0, 12.0],
-        [0.0, 0.0, 76.0, 79.0, 79.0],
-    ),
-    // jpegli: fitted to issue 57's sweep of the corpus photos at the `variants` widths (each
-    // width's own quality for 70 against its 320 px proxy's, interpolated on a sweep 4 steps
-    // apart); the same fit of libjpeg-turbo's sweep gave 2-3 steps and floors 57-70, close to
-    // what `--calibrate` had measured for it (3-9 steps, floors 56-65).
-    (
-        OutputFormat::Jpeg,
-        [0.0, 6.0, 7.0, 6.0, 6.0],
-        [0.0, 0.0, 0.0, 65.0, 65.0],
-    ),
-    (OutputFormat::Avif, [0.0, 3.0, 6.0, 14.0, 19.0], [0.0; 5]),
+/// AVIF's quality steps above its proxy's at each of [`RATIOS`], fitted to the 36 corpus
+/// images at SSIMULACRA2 70 (`cargo bench --bench quality -- --calibrate`) so that every
+/// variant of those meets its target.
+const CARRY: [f64; 5] = [0.0, 3.0, 6.0, 14.0, 19.0];
+
+/// The base qualities of WebP and JPEG at a target of 70, for outputs 320 px wide or less, 640
+/// or less, and wider ([`base`]). From `make bench-quality`'s `--ceiling` on the corpus photos
+/// (70 outputs per format, libwebp 1.2.4, jpegli), each output raised to SSIMULACRA2 70: the
+/// fewest bytes reaching sharp's mean score were at q84/q56/q50 for WebP (0.881x sharp's q80
+/// bytes) and q88/q63/q50 for JPEG (0.734x its q82), where each output at its own lowest
+/// quality for one score needed 1.02x and 0.88x. The narrower buckets are a little higher here,
+/// for a margin on the mean: the worker scores against its own pixels, the bench against a
+/// Pillow downscale of the source. A wide base of 50 leaves the wide outputs to the target.
+const BASE: [(OutputFormat, [f64; 3]); 2] = [
+    (OutputFormat::Webp, [86.0, 58.0, 50.0]),
+    (OutputFormat::Jpeg, [88.0, 66.0, 50.0]),
 ];
 
-/// The quality of a variant `width` px wide of a format whose proxy, `proxy_width` px wide,
-/// needed `quality` ([`CARRY`]), within the format's range.
-pub fn carry(format: OutputFormat, quality: u8, proxy_width: u32, width: u32) -> u8 {
+/// The least quality of an output of `format` `width` px wide at `target`: [`BASE`], moved by
+/// [`SLOPE`] for other targets (a step per 0.45 of score). `None` for a format searched on a
+/// proxy (AVIF).
+pub fn base(format: OutputFormat, width: u32, target: f64) -> Option<u8> {
+    let (_, base) = BASE.iter().find(|(f, _)| *f == format)?;
+    let bucket = match width {
+        0..=320 => 0,
+        321..=640 => 1,
+        _ => 2,
+    };
     let (lo, hi, _) = range(format);
-    let (_, steps, floor) = CARRY
-        .iter()
-        .find(|(f, ..)| *f == format)
-        .expect("every format");
+    let q = (base[bucket] + (target - 70.0) / SLOPE).round();
+    Some(q.clamp(lo as f64, hi as f64) as u8)
+}
+
+/// The AVIF quality of a variant `width` px wide whose proxy, `proxy_width` px wide, needed
+/// `quality` ([`CARRY`]), within the format's range.
+pub fn carry(quality: u8, proxy_width: u32, width: u32) -> u8 {
+    let (lo, hi, _) = range(OutputFormat::Avif);
     let ratio = width as f64 / proxy_width as f64;
-    let q = (quality as f64 + at_ratio(steps, ratio)).max(at_ratio(floor, ratio));
+    let q = quality as f64 + at_ratio(&CARRY, ratio);
     (q.ceil() as i32).clamp(lo as i32, hi as i32) as u8
 }
 
@@ -241,21 +258,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn wider_variants_get_more_steps_or_the_measured_floor() {
-        let webp = |q, w| carry(OutputFormat::Webp, q, 320, w);
-        assert_eq!(webp(60, 320), 60);
-        assert_eq!(webp(60, 240), 60);
-        // Up to 2.5x: 7 steps more, or 76.
-        assert_eq!(webp(60, 800), 76);
-        assert_eq!(webp(75, 640), 82);
-        // Past 4.5x: 12 steps more, or 79.
-        assert_eq!(webp(60, 1920), 79);
-        assert_eq!(webp(60, 6400), 79);
-        assert_eq!(webp(90, 1920), 95);
-        // 2.84x is in the bucket up to 4.5x: JPEG 6 steps more, or 65.
-        assert_eq!(carry(OutputFormat::Jpeg, 61, 320, 910), 67);
-        assert_eq!(carry(OutputFormat::Jpeg, 40, 320, 910), 65);
-        // Up to 2.5x: 7 steps more, no floor.
-        assert_eq!(carry(OutputFormat::Jpeg, 40, 320, 640), 47);
+    fn wider_avif_variants_get_more_steps() {
+        assert_eq!(carry(50, 320, 320), 50);
+        assert_eq!(carry(50, 320, 240), 50);
+        // Up to 2.5x: 6 steps more; past 4.5x, 19.
+        assert_eq!(carry(50, 320, 800), 56);
+        assert_eq!(carry(50, 320, 1920), 69);
+        assert_eq!(carry(80, 320, 6400), 90);
+    }
+
+    #[test]
+    fn bases_are_per_width_bucket_and_move_with_the_target() {
+        let webp = |w, t| base(OutputFormat::Webp, w, t).unwrap();
+        let (narrow, mid, wide) = (webp(320, 70.0), webp(640, 70.0), webp(1920, 70.0));
+        assert_eq!(webp(100, 70.0), narrow);
+        assert_eq!(webp(321, 70.0), mid);
+        assert_eq!(webp(641, 70.0), wide);
+        // 4.5 points of score: 10 steps.
+        assert_eq!(webp(1920, 74.5), wide + 10);
+        assert_eq!(base(OutputFormat::Jpeg, 320, 30.0), Some(30));
+        assert_eq!(base(OutputFormat::Avif, 320, 70.0), None);
     }
 }

@@ -389,10 +389,11 @@ fn moving(spec: &FormatSpec, animation: Option<&Animation>) -> bool {
     animation.is_some() && spec.format == OutputFormat::Webp
 }
 
-/// The quality of every output of one image: a fixed one as the profile says, an auto one from
-/// the search on the proxy (see `media::quality`).
+/// The quality of every output of one image: a fixed one as the profile says; an auto one
+/// checked on the output itself from its width's base (WebP, JPEG: [`encode_one`]), or from
+/// the search on the proxy (AVIF; see `media::quality`).
 struct Qualities {
-    /// Per auto format: what the search found, and its target.
+    /// Per format searched on the proxy: what the search found, and its target.
     found: Vec<(OutputFormat, quality::Found, f64)>,
     /// The proxy's width, and whether it is the narrowest variant (whose output is then the
     /// search's winning encoding).
@@ -411,6 +412,7 @@ impl Qualities {
         let auto: Vec<(&FormatSpec, f64)> = formats
             .iter()
             .filter_map(|f| f.auto_target().map(|t| (f, t)))
+            .filter(|(f, t)| quality::base(f.format, 0, *t).is_none())
             .collect();
         let (mut proxy_width, mut proxy_is_variant) = (0, false);
         let mut found = Vec::new();
@@ -453,7 +455,7 @@ impl Qualities {
             };
             let effort = quality::effort(spec.format, proxy_width);
             let f = scorer
-                .search(proxy, spec.format, effort, target)
+                .search(proxy, spec.format, effort, target, None)
                 .map_err(transform_err)?;
             found.push((spec.format, f, target));
         }
@@ -464,26 +466,31 @@ impl Qualities {
         })
     }
 
-    /// The quality of `spec`'s output `width` px wide, as reported.
+    /// The quality of `spec`'s output `width` px wide, as reported, unchecked: an auto format
+    /// checked per output gets its width's base (an animated WebP: its frames are not scored).
     fn at(&self, spec: &FormatSpec, width: u32) -> QualityUsed {
-        match spec.quality {
-            Quality::Fixed(value) => QualityUsed {
-                value,
-                target: None,
-                score: None,
-            },
-            Quality::Auto(_) => {
-                let (_, found, target) = self
-                    .found
-                    .iter()
-                    .find(|(f, ..)| *f == spec.format)
-                    .expect("every auto format was searched");
-                QualityUsed {
-                    value: quality::carry(spec.format, found.quality, self.proxy_width, width),
-                    target: Some(*target),
+        let target = match spec.quality {
+            Quality::Fixed(value) => {
+                return QualityUsed {
+                    value,
+                    target: None,
                     score: None,
-                }
+                };
             }
+            Quality::Auto(_) => spec.auto_target().expect("an auto quality has a target"),
+        };
+        let value = quality::base(spec.format, width, target).unwrap_or_else(|| {
+            let (_, found, _) = self
+                .found
+                .iter()
+                .find(|(f, ..)| *f == spec.format)
+                .expect("every format without a base was searched");
+            quality::carry(found.quality, self.proxy_width, width)
+        });
+        QualityUsed {
+            value,
+            target: Some(target),
+            score: None,
         }
     }
 
@@ -599,23 +606,19 @@ fn encode_all(
     files: &mut Vec<ProducedFile>,
 ) -> Result<(), MediaError> {
     let opaque = opaque_if(img, formats.iter().any(|f| f.format == OutputFormat::Jpeg))?;
+    // The scorers of `img` and of `opaque`, made once for every format checked on them.
+    let mut scorers = [None, None];
     for spec in formats {
         let name = names::image(out.stem, spec.format);
         let path = out.dir.join(&name);
-        let src = match spec.format {
-            OutputFormat::Jpeg => opaque.as_ref().unwrap_or(img),
-            _ => img,
+        let (src, scorer) = match (spec.format, &opaque) {
+            (OutputFormat::Jpeg, Some(o)) => (o, &mut scorers[1]),
+            _ => (img, &mut scorers[0]),
         };
         let width = src.width();
         let (bytes, quality) = match qualities.take_proxy_output(spec, width, out.role) {
             Some(found) => found,
-            None => {
-                let used = qualities.at(spec, width);
-                let bytes = src
-                    .encode(spec.format, used.value, quality::effort(spec.format, width))
-                    .map_err(transform_err)?;
-                (bytes, used)
-            }
+            None => encode_one(src, spec, qualities, scorer)?,
         };
         let bytes = match out.rights {
             Some(r) => r.write(spec.format, bytes).map_err(MediaError::Transform)?,
@@ -637,6 +640,42 @@ fn encode_all(
         });
     }
     Ok(())
+}
+
+/// `src` encoded as `spec` says: an auto format with a base searched on `src` itself from its
+/// width's base (scored against `scorer`, made on first use), any other at the quality
+/// `qualities` gives it.
+fn encode_one(
+    src: &Image,
+    spec: &FormatSpec,
+    qualities: &Qualities,
+    scorer: &mut Option<quality::Scorer>,
+) -> Result<(Vec<u8>, QualityUsed), MediaError> {
+    let width = src.width();
+    let effort = quality::effort(spec.format, width);
+    let checked = spec
+        .auto_target()
+        .and_then(|t| Some((t, quality::base(spec.format, width, t)?)));
+    let Some((target, base)) = checked else {
+        let used = qualities.at(spec, width);
+        let bytes = src
+            .encode(spec.format, used.value, effort)
+            .map_err(transform_err)?;
+        return Ok((bytes, used));
+    };
+    let scorer = match scorer {
+        Some(s) => s,
+        None => scorer.insert(quality::Scorer::new(src).map_err(transform_err)?),
+    };
+    let found = scorer
+        .search(src, spec.format, effort, target, Some(base))
+        .map_err(transform_err)?;
+    let used = QualityUsed {
+        value: found.quality,
+        target: Some(target),
+        score: Some((found.score * 100.0).round() / 100.0),
+    };
+    Ok((found.bytes, used))
 }
 
 #[cfg(test)]
