@@ -99,7 +99,7 @@ fn calibrate(job: &media::MediaJob, corpus: &Path, target: f64) {
         // Only the formats searched on a proxy (the others are checked on every output).
         for spec in &job.profile.formats {
             let f = spec.format;
-            if quality::base(f, 0, target).is_some() {
+            if !quality::on_proxy(f) {
                 continue;
             }
             let search = |img: &media::vips::Image, w: u32| {

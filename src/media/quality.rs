@@ -7,9 +7,10 @@
 //! and searched upward only when it misses. The base is the rule that buys the most score per
 //! byte: each output at its own lowest quality for one score spends bytes where they buy least
 //! (a busy photo's wide variant climbs many steps for a point, an easy photo's loses many for
-//! few bytes), so for sharp's mean score it needs more bytes than sharp's one fixed quality
-//! (`make bench-quality -- --ceiling`: 1.06x for WebP); one quality per width bucket, every
-//! output still raised to the target, needs far fewer ([`BASE`]). Scoring costs 70-100 ns a
+//! few bytes), so for sharp's mean score it needs more bytes than one fixed quality does
+//! (`cargo bench --bench quality -- --ceiling`: WebP 1.02x sharp's bytes against 0.94x, JPEG
+//! 0.88x against 0.83x); one quality per width bucket, every output still raised to the
+//! target, needs far fewer ([`BASE`]). Scoring costs 70-100 ns a
 //! pixel (4.5 ms for a 320 px variant, 235 ms for a 1920 px one), once per output that meets
 //! its base.
 //!
@@ -191,6 +192,12 @@ const BASE: [(OutputFormat, [f64; 3]); 2] = [
     (OutputFormat::Jpeg, [88.0, 66.0, 50.0]),
 ];
 
+/// Whether `format` is searched on the proxy and carried to the wider variants (AVIF), rather
+/// than checked on every output from a [`BASE`].
+pub fn on_proxy(format: OutputFormat) -> bool {
+    !BASE.iter().any(|(f, _)| *f == format)
+}
+
 /// The least quality of an output of `format` `width` px wide at `target`: [`BASE`], moved by
 /// [`SLOPE`] for other targets (a step per 0.45 of score). `None` for a format searched on a
 /// proxy (AVIF).
@@ -278,5 +285,6 @@ mod tests {
         assert_eq!(webp(1920, 74.5), wide + 10);
         assert_eq!(base(OutputFormat::Jpeg, 320, 30.0), Some(30));
         assert_eq!(base(OutputFormat::Avif, 320, 70.0), None);
+        assert!(on_proxy(OutputFormat::Avif) && !on_proxy(OutputFormat::Jpeg));
     }
 }

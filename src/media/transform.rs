@@ -411,8 +411,8 @@ impl Qualities {
     ) -> Result<Qualities, MediaError> {
         let auto: Vec<(&FormatSpec, f64)> = formats
             .iter()
+            .filter(|f| quality::on_proxy(f.format))
             .filter_map(|f| f.auto_target().map(|t| (f, t)))
-            .filter(|(f, t)| quality::base(f.format, 0, *t).is_none())
             .collect();
         let (mut proxy_width, mut proxy_is_variant) = (0, false);
         let mut found = Vec::new();
