@@ -1,9 +1,8 @@
 //! Bytes at equal quality, against sharp (`make bench-quality`):
 //!
 //!   cargo bench --bench quality -- --sharp DIR --dssim PATH [--fixed variants] [--auto picture]
-//!                                  [--rounds 3]
-//!   cargo bench --bench quality -- --calibrate [--profile picture] [--target 70]
-//!   cargo bench --bench quality -- --sharp DIR --dssim PATH --ceiling webp|jpeg
+//!                                  [--rounds 3] [--formats avif,webp,jpeg] [--avif-target SCORE]
+//!   cargo bench --bench quality -- --sharp DIR --dssim PATH --ceiling webp|jpeg|avif
 //!                                  [--qualities 50,56,..] [--metric ssimulacra2|ssim]
 //!
 //! For each corpus photo, the variants of a fixed-quality profile and of an auto-quality one as
@@ -72,78 +71,7 @@ fn cpu_ms() -> f64 {
     t(ru.ru_utime) + t(ru.ru_stime)
 }
 
-/// `--calibrate`: for each corpus photo, auto format searched on a proxy (AVIF) and width, the
-/// lowest quality that meets `--target` found on that width itself, against the quality
-/// carried from the proxy (the narrowest variant): what `media::quality::carry` should add at
-/// each width.
-fn calibrate(job: &media::MediaJob, corpus: &Path, target: f64) {
-    use media::quality::{self, Scorer};
-    println!("| format | photo | width | ratio | own quality | proxy quality | carried | delta |");
-    println!("|---|---|---|---|---|---|---|---|");
-    let mut deltas: BTreeMap<(String, u32), Vec<i32>> = BTreeMap::new();
-    for photo in corpus_photos(corpus) {
-        let mut stills = Vec::new();
-        let made = media::image::variant_pixels(job, &corpus.join(&photo), |w, img| {
-            // Opaque copies, as JPEG is scored (the corpus photos' alpha is flattened).
-            let img = if img.has_alpha() {
-                img.flatten([255.0; 3]).and_then(|i| i.into_memory())
-            } else {
-                img.to_srgb8().and_then(|i| i.into_memory())
-            };
-            stills.push((w, img.expect("flatten")));
-        });
-        if made.is_err() || stills.is_empty() {
-            continue;
-        }
-        let (pw, proxy) = stills.last().expect("a variant");
-        // Only the formats searched on a proxy (the others are checked on every output).
-        for spec in &job.profile.formats {
-            let f = spec.format;
-            if !quality::on_proxy(f) {
-                continue;
-            }
-            let search = |img: &media::vips::Image, w: u32| {
-                let scorer = Scorer::new(img).expect("scorer");
-                scorer
-                    .search(img, f, quality::effort(f, w), target, None)
-                    .expect("search")
-                    .quality
-            };
-            let qp = search(proxy, *pw);
-            for (w, img) in &stills {
-                let own = search(img, *w);
-                let carried = quality::carry(qp, *pw, *w);
-                let delta = own as i32 - qp as i32;
-                println!(
-                    "| {} | {photo} | {w} | {:.1} | {own} | {qp} | {carried} | {delta} |",
-                    f.name(),
-                    *w as f64 / *pw as f64
-                );
-                deltas
-                    .entry((f.name().to_owned(), w / 100 * 100))
-                    .or_default()
-                    .push(delta);
-            }
-        }
-    }
-    println!("\n| format | width (100s) | photos | min delta | mean delta | max delta |");
-    println!("|---|---|---|---|---|---|");
-    for ((f, w), d) in &deltas {
-        let mean = d.iter().sum::<i32>() as f64 / d.len() as f64;
-        let (min, max) = (d.iter().min().unwrap(), d.iter().max().unwrap());
-        println!("| {f} | {w} | {} | {min} | {mean:.1} | {max} |", d.len());
-    }
-}
-
 fn main() {
-    if std::env::args().any(|a| a == "--calibrate") {
-        let settings = Settings::load_from(None, Vec::new()).expect("settings");
-        let job = settings.media_job(&arg("--profile", "picture"), None);
-        media::init(1);
-        let target: f64 = arg("--target", "70").parse().expect("--target SCORE");
-        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
-        return calibrate(&job, &corpus, target);
-    }
     let sharp_dir = PathBuf::from(arg("--sharp", ""));
     let dssim = PathBuf::from(arg("--dssim", "dssim"));
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -163,7 +91,25 @@ fn main() {
     let photos = corpus_photos(&corpus);
 
     let mut fixed_job = settings.media_job(&fixed, None);
-    let auto_job = settings.media_job(&auto, None);
+    let mut auto_job = settings.media_job(&auto, None);
+    // `--formats avif,webp`: only those formats of both profiles.
+    let only = arg("--formats", "");
+    if !only.is_empty() {
+        for job in [&mut fixed_job, &mut auto_job] {
+            job.profile
+                .formats
+                .retain(|f| only.split(',').any(|n| n == f.format.name()));
+        }
+    }
+    // `--avif-target SCORE`: the auto profile's AVIF at another target, for the AVIF goal's
+    // equal mean (sharp's AVIF default scores under "high").
+    if let Ok(target) = arg("--avif-target", "").parse::<f64>() {
+        for f in &mut auto_job.profile.formats {
+            if f.format == OutputFormat::Avif {
+                f.target = Some(media::settings::Target::Score(target));
+            }
+        }
+    }
     // An auto profile with AVIF is compared with sharp's AVIF at sharp's defaults (quality 50,
     // effort 4, 4:4:4), the fixed worker's beside it at the same quality.
     let avif = |job: &media::MediaJob| {
@@ -298,10 +244,21 @@ fn ceiling(settings: &Settings, root: &Path, sharp_dir: &Path, dssim: &Path, for
     let photos = corpus_photos(&corpus);
     let work = tempfile::tempdir().unwrap();
     let mut job = settings.media_job(&arg("--fixed", "variants"), None);
+    // AVIF, in no fixed profile, at sharp's default quality (what sharp is compared at).
+    if format == "avif"
+        && !job
+            .profile
+            .formats
+            .iter()
+            .any(|f| f.format == OutputFormat::Avif)
+    {
+        let sharp_default = FormatSpec::fixed(OutputFormat::Avif, SHARP_AVIF_QUALITY);
+        job.profile.formats.insert(0, sharp_default);
+    }
     job.profile.formats.retain(|f| f.format.name() == format);
     assert!(
         !job.profile.formats.is_empty(),
-        "--ceiling: a format of the fixed profile"
+        "--ceiling: a format of the fixed profile, or avif"
     );
     // Ascending: the rules step from one quality to the next.
     let mut qualities: Vec<u8> = arg("--qualities", QUALITIES)

@@ -269,22 +269,14 @@ fn where_cpu_goes(settings: &Settings, corpus: &Path, photos: &[Photo], rounds: 
                     add(format!("{} {}w", spec.format.name(), bucket(w)), t);
                 }
             }
-            // Auto quality: each output of a format with a base searched from it on its own
-            // pixels (the scorer's reference included), the others on the proxy.
-            let (proxy_width, _) = stills.narrowest().unwrap();
+            // Auto quality: each output searched from its width's base on its own pixels (the
+            // scorer's reference included).
             for spec in &auto.profile.formats {
                 let target = spec.auto_target().expect("auto has auto qualities");
                 for (w, img) in stills.iter() {
-                    let base = quality::base(spec.format, w, target);
-                    if base.is_none() && w != proxy_width {
-                        continue;
-                    }
                     let t = cpu_seconds();
                     let scorer = quality::Scorer::new(img).unwrap();
-                    let effort = quality::effort(spec.format, w);
-                    scorer
-                        .search(img, spec.format, effort, target, base)
-                        .unwrap();
+                    scorer.search(img, spec.format, target).unwrap();
                     add(
                         format!("auto: {} search {}w", spec.format.name(), bucket(w)),
                         t,

@@ -193,10 +193,8 @@ pub struct QualityUsed {
     /// lossless, 70 high, 50 medium).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<f64>,
-    /// SSIMULACRA2 of this output against the pixels it was encoded from: on every WebP and
-    /// JPEG output, and on AVIF's narrowest variant (its search ran there; wider AVIF variants
-    /// take its quality with a per-width correction measured on a corpus, and are not scored
-    /// again).
+    /// SSIMULACRA2 of this output against the pixels it was encoded from: on every output of an
+    /// auto quality but an animated WebP (its frames are not scored).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub score: Option<f64>,
 }

@@ -280,7 +280,6 @@ pub fn run(
     let widths = plan_widths(&profile.widths, probe.width);
     let (plan, warnings) = plan_variants(&widths, size, &profile.formats);
     let stills = Stills::make(decoded, made, &plan, animation)?;
-    let mut qualities = Qualities::search(&profile.formats, stills.narrowest(), decoded)?;
 
     // Listed narrowest first.
     let mut by_width = Vec::new();
@@ -291,7 +290,7 @@ pub fn run(
             formats.iter().partition(|f| moving(f, animation));
         if let Some(animation) = animation {
             for spec in moving {
-                let quality = qualities.at(&spec, w);
+                let quality = unchecked(&spec, w);
                 made_here.push(animated_webp(animation, w, quality, &stem, out_dir)?);
             }
         }
@@ -303,7 +302,7 @@ pub fn run(
                 dir: out_dir,
                 rights,
             };
-            encode_all(pixels, &still, &mut qualities, &out, &mut made_here)?;
+            encode_all(pixels, &still, &out, &mut made_here)?;
         }
         by_width.push(made_here);
     }
@@ -321,7 +320,7 @@ pub fn run(
             dir: out_dir,
             rights,
         };
-        encode_all(&thumb, &profile.formats, &mut qualities, &out, &mut files)?;
+        encode_all(&thumb, &profile.formats, &out, &mut files)?;
     }
     Ok(Transformed { files, warnings })
 }
@@ -378,10 +377,6 @@ impl<'a> Stills<'a> {
             .iter()
             .map(|(w, i)| (*w, i.map_or(self.decoded, |i| &self.resized[i])))
     }
-
-    pub fn narrowest(&self) -> Option<(u32, &Image)> {
-        self.iter().last()
-    }
 }
 
 /// Whether a format's variants of this image are animated (only WebP's are).
@@ -389,131 +384,23 @@ fn moving(spec: &FormatSpec, animation: Option<&Animation>) -> bool {
     animation.is_some() && spec.format == OutputFormat::Webp
 }
 
-/// The quality of every output of one image: a fixed one as the profile says; an auto one
-/// checked on the output itself from its width's base (WebP, JPEG: [`encode_one`]), or from
-/// the search on the proxy (AVIF; see `media::quality`).
-struct Qualities {
-    /// Per format searched on the proxy: what the search found, and its target.
-    found: Vec<(OutputFormat, quality::Found, f64)>,
-    /// The proxy's width, and whether it is the narrowest variant (whose output is then the
-    /// search's winning encoding).
-    proxy_width: u32,
-    proxy_is_variant: bool,
-}
-
-impl Qualities {
-    /// Searches each auto format on the proxy: the `narrowest` variant (width, pixels) when
-    /// it is narrow enough, else a downscale of it (or of `decoded`, with no still variant).
-    fn search(
-        formats: &[FormatSpec],
-        narrowest: Option<(u32, &Image)>,
-        decoded: &Image,
-    ) -> Result<Qualities, MediaError> {
-        let auto: Vec<(&FormatSpec, f64)> = formats
-            .iter()
-            .filter(|f| quality::on_proxy(f.format))
-            .filter_map(|f| f.auto_target().map(|t| (f, t)))
-            .collect();
-        let (mut proxy_width, mut proxy_is_variant) = (0, false);
-        let mut found = Vec::new();
-        if auto.is_empty() {
-            return Ok(Qualities {
-                found,
-                proxy_width,
-                proxy_is_variant,
-            });
-        }
-        let _span = tracing::info_span!("image.quality_search").entered();
-        let (image, owned);
-        match narrowest {
-            Some((w, img)) if w <= quality::MAX_PROXY_WIDTH => {
-                (proxy_width, proxy_is_variant) = (w, true);
-                image = img;
-            }
-            other => {
-                let source = other.map_or(decoded, |(_, img)| img);
-                proxy_width = quality::PROXY_WIDTH.min(source.width());
-                let size = (
-                    proxy_width,
-                    height_at(proxy_width, (source.width(), source.height())),
-                );
-                owned = resized(source, size)?;
-                image = owned.as_ref().unwrap_or(source);
-            }
-        }
-        // JPEG's proxy is flattened, as its outputs are.
-        let opaque = opaque_if(
-            image,
-            auto.iter().any(|(f, _)| f.format == OutputFormat::Jpeg),
-        )?;
-        let scorer = |img| quality::Scorer::new(img).map_err(transform_err);
-        let (scorer, opaque_scorer) = (scorer(image)?, opaque.as_ref().map(scorer).transpose()?);
-        for (spec, target) in auto {
-            let (proxy, scorer) = match (&opaque, &opaque_scorer) {
-                (Some(o), Some(s)) if spec.format == OutputFormat::Jpeg => (o, s),
-                _ => (image, &scorer),
-            };
-            let effort = quality::effort(spec.format, proxy_width);
-            let f = scorer
-                .search(proxy, spec.format, effort, target, None)
-                .map_err(transform_err)?;
-            found.push((spec.format, f, target));
-        }
-        Ok(Qualities {
-            found,
-            proxy_width,
-            proxy_is_variant,
-        })
-    }
-
-    /// The quality of `spec`'s output `width` px wide, as reported, unchecked: an auto format
-    /// checked per output gets its width's base (an animated WebP: its frames are not scored).
-    fn at(&self, spec: &FormatSpec, width: u32) -> QualityUsed {
-        let target = match spec.quality {
-            Quality::Fixed(value) => {
-                return QualityUsed {
-                    value,
-                    target: None,
-                    score: None,
-                };
-            }
-            Quality::Auto(_) => spec.auto_target().expect("an auto quality has a target"),
-        };
-        let value = quality::base(spec.format, width, target).unwrap_or_else(|| {
-            let (_, found, _) = self
-                .found
-                .iter()
-                .find(|(f, ..)| *f == spec.format)
-                .expect("every format without a base was searched");
-            quality::carry(found.quality, self.proxy_width, width)
-        });
-        QualityUsed {
+/// The quality of `spec`'s output `width` px wide, unchecked: a fixed one as the profile says,
+/// an auto one its width's base (an animated WebP: its frames are not scored).
+fn unchecked(spec: &FormatSpec, width: u32) -> QualityUsed {
+    match spec.quality {
+        Quality::Fixed(value) => QualityUsed {
             value,
-            target: Some(target),
+            target: None,
             score: None,
+        },
+        Quality::Auto(_) => {
+            let target = spec.auto_target().expect("an auto quality has a target");
+            QualityUsed {
+                value: quality::base(spec.format, width, target),
+                target: Some(target),
+                score: None,
+            }
         }
-    }
-
-    /// The search's winning encoding, when it is this variant's (taken: it ships once).
-    fn take_proxy_output(
-        &mut self,
-        spec: &FormatSpec,
-        width: u32,
-        role: Role,
-    ) -> Option<(Vec<u8>, QualityUsed)> {
-        if !(self.proxy_is_variant && role == Role::Variant && width == self.proxy_width) {
-            return None;
-        }
-        let (_, found, target) = self.found.iter_mut().find(|(f, ..)| *f == spec.format)?;
-        if found.bytes.is_empty() {
-            return None;
-        }
-        let used = QualityUsed {
-            value: found.quality,
-            target: Some(*target),
-            score: Some((found.score * 100.0).round() / 100.0),
-        };
-        Some((std::mem::take(&mut found.bytes), used))
     }
 }
 
@@ -601,7 +488,6 @@ struct Outputs<'a> {
 fn encode_all(
     img: &Image,
     formats: &[FormatSpec],
-    qualities: &mut Qualities,
     out: &Outputs,
     files: &mut Vec<ProducedFile>,
 ) -> Result<(), MediaError> {
@@ -615,11 +501,7 @@ fn encode_all(
             (OutputFormat::Jpeg, Some(o)) => (o, &mut scorers[1]),
             _ => (img, &mut scorers[0]),
         };
-        let width = src.width();
-        let (bytes, quality) = match qualities.take_proxy_output(spec, width, out.role) {
-            Some(found) => found,
-            None => encode_one(src, spec, qualities, scorer)?,
-        };
+        let (bytes, quality) = encode_one(src, spec, scorer)?;
         let bytes = match out.rights {
             Some(r) => r.write(spec.format, bytes).map_err(MediaError::Transform)?,
             None => bytes,
@@ -633,7 +515,7 @@ fn encode_all(
             format: FileFormat::Image(spec.format),
             duration_ms: None,
             frames: None,
-            width,
+            width: src.width(),
             height: src.height(),
             crop: out.crop,
             quality: Some(quality),
@@ -642,24 +524,21 @@ fn encode_all(
     Ok(())
 }
 
-/// `src` encoded as `spec` says: an auto format with a base searched on `src` itself from its
-/// width's base (scored against `scorer`, made on first use), any other at the quality
-/// `qualities` gives it.
+/// `src` encoded as `spec` says: an auto quality searched on `src` itself from its width's
+/// base (scored against `scorer`, made on first use), a fixed one as it is.
 fn encode_one(
     src: &Image,
     spec: &FormatSpec,
-    qualities: &Qualities,
     scorer: &mut Option<quality::Scorer>,
 ) -> Result<(Vec<u8>, QualityUsed), MediaError> {
-    let width = src.width();
-    let effort = quality::effort(spec.format, width);
-    let checked = spec
-        .auto_target()
-        .and_then(|t| Some((t, quality::base(spec.format, width, t)?)));
-    let Some((target, base)) = checked else {
-        let used = qualities.at(spec, width);
+    let Some(target) = spec.auto_target() else {
+        let used = unchecked(spec, src.width());
         let bytes = src
-            .encode(spec.format, used.value, effort)
+            .encode(
+                spec.format,
+                used.value,
+                quality::effort(spec.format, src.width()),
+            )
             .map_err(transform_err)?;
         return Ok((bytes, used));
     };
@@ -668,7 +547,7 @@ fn encode_one(
         None => scorer.insert(quality::Scorer::new(src).map_err(transform_err)?),
     };
     let found = scorer
-        .search(src, spec.format, effort, target, Some(base))
+        .search(src, spec.format, target)
         .map_err(transform_err)?;
     let used = QualityUsed {
         value: found.quality,
