@@ -152,6 +152,9 @@ sharp:
 bench-quality: setup-test sharp
 	@test -x $(TOOLS)/tools/bin/dssim || cargo install --locked --root $(TOOLS)/tools dssim --version $(DSSIM_VERSION)
 	cargo bench --bench quality -- --sharp $(TOOLS)/sharp --dssim $(TOOLS)/tools/bin/dssim
+	# AVIF at sharp's mean: its default scores under "high".
+	cargo bench --bench quality -- --sharp $(TOOLS)/sharp --dssim $(TOOLS)/tools/bin/dssim \
+		--formats avif --avif-target 56
 
 ## Mutation fuzzing through the sandboxed path: N seeded mutants of ../shared/corpus (bit flips,
 ## truncations, splices, inflated header dimensions); fails on an unanswered mutant, a worker
