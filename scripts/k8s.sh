@@ -271,7 +271,7 @@ EOF
 }
 
 import_image() { # a local Docker image into the cluster's containerd
-  docker save "$1" | ctr -a "$DIR/containerd/containerd.sock" -n k8s.io images import - >/dev/null
+  "${DOCKER:-/usr/bin/docker}" save "$1" | ctr -a "$DIR/containerd/containerd.sock" -n k8s.io images import - >/dev/null
 }
 
 stop_pid() { # pidfile

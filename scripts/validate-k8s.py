@@ -102,6 +102,14 @@ def worker(target, docs, env, binary):
     scratch = [v for v in pod["volumes"] if v["name"] == mounts.get("/scratch")]
     check(scratch and scratch[0].get("emptyDir", {}).get("sizeLimit"), target,
           "/scratch is not an emptyDir with a sizeLimit")
+    # The kubelet evicts past either; the worker budgets within SCRATCH_BYTES, the limit.
+    limit = c.get("resources", {}).get("limits", {}).get("ephemeral-storage")
+    check(scratch and limit == scratch[0].get("emptyDir", {}).get("sizeLimit"), target,
+          "the container's ephemeral-storage limit is not the scratch volume's sizeLimit")
+    refs = {e["name"]: e.get("valueFrom", {}).get("resourceFieldRef", {}).get("resource")
+            for e in c.get("env", [])}
+    check(refs.get("SCRATCH_BYTES") == "limits.ephemeral-storage", target,
+          "SCRATCH_BYTES is not the ephemeral-storage limit (downward API)")
     check(pod.get("topologySpreadConstraints"), target, "no topologySpreadConstraints")
     res = c.get("resources", {})
     check(res.get("requests") and res.get("limits"), target, "requests and limits")
