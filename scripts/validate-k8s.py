@@ -157,6 +157,10 @@ def size_bytes(text):
 
 
 def custom_resources(target, docs, env, workload):
+    for pdb in (d for d in docs if d["kind"] == "PodDisruptionBudget"):
+        check(pdb["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow", target,
+              "the PodDisruptionBudget blocks drains while the pods are unready "
+              "(unhealthyPodEvictionPolicy is not AlwaysAllow)")
     services = [d for d in docs if d["kind"] == "Service"]
     for d in docs:
         kind, spec = d["kind"], d.get("spec", {})
