@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 DIR ?= ../shared/corpus
 
-.PHONY: setup setup-test setup-demo build release demo test test-fleet lint audit advisory-db deploy-check image test-images sbom bench sharp bench-quality fuzz eval-faces schemas clean
+.PHONY: setup setup-test setup-demo build release demo test test-fleet test-k8s lint audit advisory-db deploy-check image test-images sbom bench sharp bench-quality fuzz eval-faces schemas clean
 
 setup:
 	@scripts/setup.sh
@@ -41,7 +41,7 @@ TEST_BUILD = --release --config 'profile.release.package.media-worker.opt-level=
 ## The images are built first (`test-images`): tests/container.rs runs them.
 test: setup-test lint deploy-check test-images
 	cargo nextest run $(TEST_BUILD) --lib --bins --tests \
-		-E 'not (binary(fleet) and test(/^classic::/))'
+		-E 'not (binary(fleet) and test(/^classic::/)) and not binary(k8s)'
 
 ## Fleet delivery under faults: 3 worker processes, a 3-node Kafka cluster, a 4-partition topic,
 ## 300 requests per scenario (kill -9 a worker, rolling restart, kill -9 the leading broker, a
@@ -49,6 +49,20 @@ test: setup-test lint deploy-check test-images
 ## test` runs the same scenarios with 60 requests each.
 test-fleet: setup-test
 	FLEET_REQUESTS=300 cargo nextest run --profile fleet $(TEST_BUILD) --test fleet --no-capture
+
+## deploy/k8s in a real Kubernetes (tests/k8s.rs): a one-node cluster on loopback, built from
+## the Go module proxy by `scripts/setup.sh --k8s` (scripts/k8s.sh; once, about 12 min on 2
+## cores) and started by nextest, the shipped image and the ClamAV sidecars' image loaded into
+## its containerd, deploy/k8s applied through overlays/local-cluster. Not in `make test`: the
+## cluster's build does not fit CI's 90 minutes beside it (docs/operations.md, "The cluster
+## tests").
+test-k8s:
+	scripts/setup.sh --k8s
+	cargo build --release --locked --bin media-worker
+	scripts/image.sh target/release/media-worker media-worker:k8s
+	DOCKER_BUILDKIT=1 $${DOCKER:-/usr/bin/docker} build --quiet --network host -t media-worker-clamav:k8s \
+		-f deploy/k8s/overlays/local-cluster/clamav/Dockerfile.clamav deploy/k8s/overlays/local-cluster/clamav >/dev/null
+	cargo nextest run --profile k8s $(TEST_BUILD) --test k8s --no-capture
 
 ## The container and Kubernetes files: Dockerfile lint, the shipped image (its build checks that
 ## it holds every library its programs need and no attack probe: scripts/image.sh), every

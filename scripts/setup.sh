@@ -5,7 +5,13 @@
 #                             Maven Central) and s3s-fs (S3 API)
 #   scripts/setup.sh --demo   also hls.js for the demo's gallery page (make demo)
 #   scripts/setup.sh --sbom   only cargo-cyclonedx (`make sbom`)
+#   scripts/setup.sh --k8s    --test, and the one-node cluster of scripts/k8s.sh (make test-k8s):
+#                             containerd, runc and the CNI plugins from Debian, the Kubernetes
+#                             pieces built from the Go module proxy (about 12 min on 2 cores)
 set -euo pipefail
+
+K8S=""
+if [ "${1:-}" = "--k8s" ]; then K8S=1; set -- --test; fi
 
 if [ "${1:-}" = "--sbom" ]; then
   export PATH="$HOME/.cargo/bin:$PATH"
@@ -42,6 +48,11 @@ if [ "${1:-}" = "--test" ]; then
   command -v java >/dev/null || APT_PACKAGES+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null || APT_PACKAGES+=(maven)
 fi
+
+# The cluster's runtime (scripts/k8s.sh): Debian's containerd 1.6 (Kubernetes 1.35 is the last
+# release for containerd 1.x: scripts/k8s/go.mod pins 1.34), runc, and the CNI plugins (a
+# loopback-only network, so that the node reports Ready; pods use the host's network).
+if [ -n "$K8S" ]; then APT_PACKAGES+=(containerd runc containernetworking-plugins); fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -126,4 +137,12 @@ if [ "${1:-}" = "--demo" ] && [ ! -f "$players/node_modules/hls.js/dist/hls.min.
   echo "setup: npm install hls.js@$HLS_JS_VERSION into $players"
   mkdir -p "$players"
   npm install --prefix "$players" --no-audit --no-fund "hls.js@$HLS_JS_VERSION"
+fi
+
+# The Kubernetes pieces, from the Go module proxy (Go >= 1.24: the go line of scripts/k8s/go.mod;
+# Debian 12's golang is older: install Go from go.dev or bookworm-backports, whose go command
+# fetches the newer toolchain from the proxy itself).
+if [ -n "$K8S" ]; then
+  command -v go >/dev/null || { echo "setup: Go (>= 1.24) is required to build the cluster"; exit 1; }
+  "$(dirname "$0")/k8s.sh" build
 fi

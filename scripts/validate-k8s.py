@@ -18,7 +18,9 @@ import yaml
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy", "k8s")
 TARGETS = ["base", "overlays/dev", "overlays/prod", "overlays/prod-static", "overlays/prod-scan",
-           "overlays/prod-api"]
+           "overlays/prod-api", "overlays/local-cluster"]
+# config/default.toml's limits.max_input_bytes.
+MAX_INPUT_BYTES = 8589934592
 K8S_VERSION = "1.30.0"
 errors = []
 
@@ -100,6 +102,14 @@ def worker(target, docs, env, binary):
     scratch = [v for v in pod["volumes"] if v["name"] == mounts.get("/scratch")]
     check(scratch and scratch[0].get("emptyDir", {}).get("sizeLimit"), target,
           "/scratch is not an emptyDir with a sizeLimit")
+    # The kubelet evicts past either; the worker budgets within SCRATCH_BYTES, the limit.
+    limit = c.get("resources", {}).get("limits", {}).get("ephemeral-storage")
+    check(scratch and limit == scratch[0].get("emptyDir", {}).get("sizeLimit"), target,
+          "the container's ephemeral-storage limit is not the scratch volume's sizeLimit")
+    refs = {e["name"]: e.get("valueFrom", {}).get("resourceFieldRef", {}).get("resource")
+            for e in c.get("env", [])}
+    check(refs.get("SCRATCH_BYTES") == "limits.ephemeral-storage", target,
+          "SCRATCH_BYTES is not the ephemeral-storage limit (downward API)")
     check(pod.get("topologySpreadConstraints"), target, "no topologySpreadConstraints")
     res = c.get("resources", {})
     check(res.get("requests") and res.get("limits"), target, "requests and limits")
@@ -125,13 +135,32 @@ def worker(target, docs, env, binary):
               "the clamd sidecar lacks a startup or readiness probe")
         check(clamd and clamd[0].get("resources", {}).get("limits", {}).get("memory"), target,
               "the clamd sidecar has no memory limit")
+        # clamd refuses a longer stream ("INSTREAM size limit exceeded"): an input the worker
+        # takes but clamd cannot scan is answered scan_unavailable (retryable) forever.
+        conf = next((d["data"]["clamd.conf"] for d in docs if d["kind"] == "ConfigMap"
+                     and "clamd.conf" in d.get("data", {})), "")
+        stream = next((size_bytes(line.split()[1]) for line in conf.splitlines()
+                       if line.startswith("StreamMaxLength")), 0)
+        max_input = int(env.get("MAX_INPUT_BYTES", MAX_INPUT_BYTES))
+        check(max_input <= stream, target,
+              f"MAX_INPUT_BYTES {max_input} > clamd's StreamMaxLength {stream}")
     if w["kind"] == "StatefulSet":
         names = [e["name"] for e in c.get("env", [])]
         check("KAFKA_GROUP_INSTANCE_ID" in names, target, "static membership needs KAFKA_GROUP_INSTANCE_ID")
     return w
 
 
+def size_bytes(text):
+    """clamd.conf's sizes: a number with K or M (binary) or none."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
+
+
 def custom_resources(target, docs, env, workload):
+    for pdb in (d for d in docs if d["kind"] == "PodDisruptionBudget"):
+        check(pdb["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow", target,
+              "the PodDisruptionBudget blocks drains while the pods are unready "
+              "(unhealthyPodEvictionPolicy is not AlwaysAllow)")
     services = [d for d in docs if d["kind"] == "Service"]
     for d in docs:
         kind, spec = d["kind"], d.get("spec", {})

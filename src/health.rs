@@ -31,6 +31,8 @@ pub struct Health {
     unit_topic: AtomicU8,
     blocked_publishes: AtomicU32,
     min_scratch_free: AtomicU64,
+    /// The scratch volume's size when less than its file system's (`SCRATCH_BYTES`; 0: none).
+    scratch_limit: u64,
     /// What a job that met a full scratch needs free before the pod takes work again (0: none).
     scratch_wanted: AtomicU64,
 }
@@ -64,7 +66,7 @@ pub struct Readiness {
 
 impl Health {
     /// Not consuming yet; the other checks start optimistic until their first observation.
-    pub fn new(min_scratch_free_bytes: u64) -> Health {
+    pub fn new(min_scratch_free_bytes: u64, scratch_limit: u64) -> Health {
         Health {
             consuming: AtomicBool::new(false),
             broker_up: AtomicBool::new(true),
@@ -74,6 +76,7 @@ impl Health {
             unit_topic: AtomicU8::new(0),
             blocked_publishes: AtomicU32::new(0),
             min_scratch_free: AtomicU64::new(min_scratch_free_bytes),
+            scratch_limit,
             scratch_wanted: AtomicU64::new(0),
         }
     }
@@ -143,7 +146,7 @@ impl Health {
     }
 
     pub fn readiness(&self, scratch_dir: &Path) -> Readiness {
-        let free = crate::scratch::free_bytes(scratch_dir);
+        let free = crate::scratch::free_bytes(scratch_dir, self.scratch_limit);
         let wanted = self.scratch_wanted.load(Ordering::Relaxed);
         if wanted > 0 && free.is_none_or(|f| f >= wanted) {
             let _ = self.scratch_wanted.compare_exchange(
@@ -215,7 +218,7 @@ mod tests {
     #[test]
     fn every_check_can_make_the_worker_unready() {
         let dir = tempfile::tempdir().unwrap();
-        let h = Health::new(0);
+        let h = Health::new(0, 0);
         assert!(!h.readiness(dir.path()).ready, "not consuming yet");
         h.set_consuming(true);
         assert!(h.readiness(dir.path()).ready);
@@ -246,7 +249,7 @@ mod tests {
         h.publish_blocked(false);
         assert!(h.readiness(dir.path()).ready);
 
-        let full = Health::new(u64::MAX);
+        let full = Health::new(u64::MAX, 0);
         full.set_consuming(true);
         let r = full.readiness(dir.path());
         assert!(!r.scratch && !r.ready && r.scratch_free_bytes.is_some());

@@ -12,6 +12,13 @@
 //!   its outputs can never fit here (the request's answer, not the pod's).
 //! - [`Meter::verdict`]: a failure within the budget met on a full volume is the pod's (another
 //!   job or something else filled it): retried, and held while the space is not back.
+//!
+//! The volume is the file system's (`statvfs`), or less: a Kubernetes emptyDir on the node's
+//! disk has the disk's `statvfs` but a size the kubelet enforces by evicting the pod (its
+//! `sizeLimit`, the container's `ephemeral-storage` limit). With `worker.scratch_bytes` set
+//! (`SCRATCH_BYTES`, the limit through the downward API), [`Space::of`] holds the volume to it,
+//! what `tmp_dir` holds counting against it: every rule above then keeps within the limit, and
+//! a job that would pass it is answered instead of the pod being evicted.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -94,12 +101,13 @@ pub fn sweep(root: &Path) -> io::Result<usize> {
     Ok(removed)
 }
 
-/// Free bytes on the scratch file system.
-pub fn free_bytes(root: &Path) -> Option<u64> {
-    Space::of(root).map(|s| s.free)
+/// Free bytes on the scratch volume (of at most `limit` bytes; 0: its file system's size).
+pub fn free_bytes(root: &Path, limit: u64) -> Option<u64> {
+    Space::of(root, limit).map(|s| s.free)
 }
 
-/// The scratch file system's state, as `statvfs` gives it (what an unprivileged writer may use).
+/// The scratch volume's state: its file system's as `statvfs` gives it (what an unprivileged
+/// writer may use), held to a limit when one is set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Space {
     /// The size an unprivileged writer could ever fill (the blocks kept for root excluded).
@@ -112,7 +120,23 @@ pub struct Space {
 const MIN_FREE_INODES: u64 = 64;
 
 impl Space {
-    pub fn of(root: &Path) -> Option<Space> {
+    /// The volume at `root`, of at most `limit` bytes (0: no limit) when that is less than its
+    /// file system: then what `root` holds counts against the limit, as the kubelet counts an
+    /// emptyDir's usage against its size.
+    pub fn of(root: &Path, limit: u64) -> Option<Space> {
+        let fs = Space::file_system(root)?;
+        if limit == 0 || limit >= fs.total {
+            return Some(fs);
+        }
+        Some(Space {
+            total: limit,
+            free: fs.free.min(limit.saturating_sub(used_bytes(root))),
+            free_inodes: fs.free_inodes,
+        })
+    }
+
+    /// The file system's state, as `statvfs` gives it.
+    pub fn file_system(root: &Path) -> Option<Space> {
         let c = std::ffi::CString::new(root.as_os_str().as_encoded_bytes()).ok()?;
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         // SAFETY: valid NUL-terminated path and a zeroed out-struct.
@@ -204,6 +228,8 @@ pub struct Admission {
     root: PathBuf,
     /// The readiness floor (`MIN_SCRATCH_FREE_BYTES`): a job's budget leaves it free.
     min_free: u64,
+    /// The volume's size when less than its file system's (`SCRATCH_BYTES`; 0: none).
+    limit: u64,
     reserved: std::sync::Mutex<u64>,
     released: tokio::sync::Notify,
 }
@@ -227,10 +253,11 @@ impl Drop for Reservation {
 const SPACE_RECHECK: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl Admission {
-    pub fn new(root: &Path, min_free: u64) -> Admission {
+    pub fn new(root: &Path, min_free: u64, limit: u64) -> Admission {
         Admission {
             root: root.to_owned(),
             min_free,
+            limit,
             reserved: std::sync::Mutex::new(0),
             released: tokio::sync::Notify::new(),
         }
@@ -243,7 +270,7 @@ impl Admission {
     /// job runs alone, and what it writes is measured against its budget ([`Meter`]).
     /// `Err(total)` when the source alone could never be held: the request's failure.
     pub fn need_for(&self, source_bytes: u64) -> Result<u64, u64> {
-        let Some(space) = Space::of(&self.root) else {
+        let Some(space) = Space::of(&self.root, self.limit) else {
             return Ok(source_bytes.saturating_mul(2));
         };
         let room = space.room();
@@ -256,7 +283,7 @@ impl Admission {
     /// Takes `need` bytes now if they fit.
     pub fn try_reserve(self: &std::sync::Arc<Self>, need: u64) -> Option<Reservation> {
         let mut reserved = self.reserved.lock().unwrap();
-        let free = Space::of(&self.root).map_or(u64::MAX, |s| s.free);
+        let free = Space::of(&self.root, self.limit).map_or(u64::MAX, |s| s.free);
         // Alone, a job takes what there is: nothing else of ours holds space.
         let fits = need <= free.saturating_sub(*reserved) || (*reserved == 0 && need <= free);
         fits.then(|| {
@@ -309,6 +336,7 @@ pub struct Meter {
     dir: PathBuf,
     root: PathBuf,
     min_free: u64,
+    limit: u64,
     seen: std::sync::Arc<Seen>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -346,7 +374,8 @@ impl Admission {
     /// Meters an attempt in `dir` (its scratch directory), cancelling `stop` past its budget.
     pub fn meter(&self, dir: &Path, stop: tokio_util::sync::CancellationToken) -> Meter {
         let seen = std::sync::Arc::new(Seen::default());
-        let (dir, root, min_free) = (dir.to_owned(), self.root.clone(), self.min_free);
+        let (dir, root, min_free, limit) =
+            (dir.to_owned(), self.root.clone(), self.min_free, self.limit);
         let task = {
             let (seen, dir, root) = (seen.clone(), dir.clone(), root.clone());
             tokio::spawn(async move {
@@ -354,7 +383,7 @@ impl Admission {
                 loop {
                     every.tick().await;
                     // A few `stat`s of a handful of files: cheap enough for the runtime.
-                    let Some(o) = seen.measure(&dir, &root, min_free, true) else {
+                    let Some(o) = seen.measure(&dir, &root, min_free, limit, true) else {
                         continue;
                     };
                     tracing::warn!(dir = %dir.display(), written = o.written,
@@ -368,6 +397,7 @@ impl Admission {
             dir,
             root,
             min_free,
+            limit,
             seen,
             task,
         }
@@ -377,9 +407,16 @@ impl Admission {
 impl Seen {
     /// Measures the writes in `dir` now, keeping the peak; an overrun once they pass the
     /// budget (recorded when `stops`).
-    fn measure(&self, dir: &Path, root: &Path, min_free: u64, stops: bool) -> Option<Overrun> {
+    fn measure(
+        &self,
+        dir: &Path,
+        root: &Path,
+        min_free: u64,
+        limit: u64,
+        stops: bool,
+    ) -> Option<Overrun> {
         use std::sync::atomic::Ordering;
-        let space = Space::of(root)?;
+        let space = Space::of(root, limit)?;
         let source = allocated(&dir.join("source"));
         let now = used_bytes(dir).saturating_sub(source);
         let written = self.peak.fetch_max(now, Ordering::Relaxed).max(now);
@@ -412,7 +449,7 @@ impl Meter {
             Some(o) => Some(*o),
             None if could_be_scratch => {
                 self.seen
-                    .measure(&self.dir, &self.root, self.min_free, false)
+                    .measure(&self.dir, &self.root, self.min_free, self.limit, false)
             }
             None => return Verdict::Room,
         };
@@ -421,7 +458,7 @@ impl Meter {
                 stopped = o.stopped, "outputs larger than the job's scratch budget: the request's failure");
             return Verdict::Overrun(o);
         }
-        let Some(space) = Space::of(&self.root) else {
+        let Some(space) = Space::of(&self.root, self.limit) else {
             return Verdict::Room;
         };
         let needed = need.max(used_bytes(&self.dir).saturating_mul(2));
@@ -479,8 +516,8 @@ mod tests {
     #[tokio::test]
     async fn reservations_take_turns_for_the_space() {
         let root = tempfile::tempdir().unwrap();
-        let adm = std::sync::Arc::new(Admission::new(root.path(), 0));
-        let free = Space::of(root.path()).unwrap().free;
+        let adm = std::sync::Arc::new(Admission::new(root.path(), 0, 0));
+        let free = Space::of(root.path(), 0).unwrap().free;
         let first = adm.try_reserve(free / 2 + 1).expect("alone, it fits");
         // A second that would not fit beside the first waits for it. (Three quarters: the
         // disk is shared, its free space may move by a quarter meanwhile either way.)
@@ -504,8 +541,8 @@ mod tests {
     #[test]
     fn a_need_is_held_to_what_the_volume_could_give_one_job() {
         let root = tempfile::tempdir().unwrap();
-        let adm = Admission::new(root.path(), 0);
-        let total = Space::of(root.path()).unwrap().total;
+        let adm = Admission::new(root.path(), 0, 0);
+        let total = Space::of(root.path(), 0).unwrap().total;
         let room = total - KEEP_FREE;
         assert_eq!(adm.need_for(1000), Ok(2000));
         assert_eq!(adm.need_for(room / 2 + 1), Ok(room), "alone it may run");
@@ -532,8 +569,8 @@ mod tests {
     /// A volume whose budget is `budget` bytes for a job without a source (the operator's
     /// floor takes the rest): writes are measured as on any volume.
     fn budgeted(root: &Path, budget: u64) -> Admission {
-        let room = Space::of(root).unwrap().room();
-        Admission::new(root, room - budget)
+        let room = Space::of(root, 0).unwrap().room();
+        Admission::new(root, room - budget, 0)
     }
 
     #[tokio::test]
@@ -563,13 +600,55 @@ mod tests {
     #[tokio::test]
     async fn a_failure_within_the_budget_on_a_volume_with_room_is_what_it_said() {
         let root = tempfile::tempdir().unwrap();
-        let adm = Admission::new(root.path(), 0);
+        let adm = Admission::new(root.path(), 0, 0);
         let d = ScratchDir::create(root.path(), "job-r").unwrap();
         let meter = adm.meter(d.path(), tokio_util::sync::CancellationToken::new());
         std::fs::write(d.out_dir().join("a.webp"), vec![1u8; 4096]).unwrap();
         // On CI's shared disk: room for a few KB.
         assert_eq!(meter.verdict(8192, true, &"corrupt"), Verdict::Room);
         assert_eq!(meter.verdict(8192, false, &"corrupt"), Verdict::Room);
+    }
+
+    /// An emptyDir of 1 MiB on a large disk: the volume is 1 MiB, what it holds taken from
+    /// it; a job's budget, its need and its meter all count within it.
+    #[tokio::test]
+    async fn a_limit_below_the_file_system_is_the_volume() {
+        let root = tempfile::tempdir().unwrap();
+        let limit = 1 << 20;
+        let fs = Space::file_system(root.path()).unwrap();
+        assert!(
+            fs.total > 64 * limit,
+            "a disk larger than the limit: {fs:?}"
+        );
+        assert_eq!(Space::of(root.path(), 0), Some(fs), "no limit");
+        assert_eq!(
+            Space::of(root.path(), fs.total + 1).map(|s| s.total),
+            Some(fs.total),
+            "a limit above the file system is the file system"
+        );
+        let empty = Space::of(root.path(), limit).unwrap();
+        assert_eq!((empty.total, empty.free), (limit, limit));
+        std::fs::write(root.path().join("held"), vec![1u8; 256 << 10]).unwrap();
+        let held = Space::of(root.path(), limit).unwrap();
+        assert_eq!(held.free, limit - (256 << 10));
+
+        let adm = Admission::new(root.path(), 0, 4 << 20);
+        assert_eq!(
+            adm.need_for(5 << 20),
+            Err(4 << 20),
+            "larger than the volume"
+        );
+        let d = ScratchDir::create(root.path(), "job-l").unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let meter = adm.meter(d.path(), stop.clone());
+        std::fs::write(d.out_dir().join("big.webp"), vec![1u8; 3 << 20]).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), stop.cancelled())
+            .await
+            .expect("stopped past a budget within the limit");
+        let Verdict::Overrun(o) = meter.verdict(0, false, &"cancelled") else {
+            panic!("not an overrun");
+        };
+        assert_eq!(o.total, 4 << 20, "{o:?}");
     }
 
     #[test]

@@ -38,7 +38,7 @@ impl Tmpfs {
     }
 
     fn free(&self) -> u64 {
-        media_worker::scratch::free_bytes(self.path()).expect("statvfs")
+        media_worker::scratch::free_bytes(self.path(), 0).expect("statvfs")
     }
 
     /// Fills the filesystem until `left` bytes are free.

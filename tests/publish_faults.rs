@@ -53,7 +53,7 @@ fn fixture_with(extra: &[(&str, &str)]) -> Fixture {
         .map(|(k, v)| (k.to_owned(), v))
         .chain(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let settings = Settings::load_from(None, env).unwrap();
-    let (metrics, health) = (Arc::new(Metrics::new()), Arc::new(Health::new(0)));
+    let (metrics, health) = (Arc::new(Metrics::new()), Arc::new(Health::new(0, 0)));
     health.set_consuming(true);
     let publisher = Publisher::new(&settings.kafka, metrics.clone(), health.clone()).unwrap();
     Fixture {

@@ -56,6 +56,7 @@ pub const ENV_KEYS: &[(&str, &str)] = &[
     ("VIPS_THREADS", "worker.vips_threads"),
     ("MEDIA_TIMEOUT_SECS", "worker.media_timeout_secs"),
     ("MIN_SCRATCH_FREE_BYTES", "worker.min_scratch_free_bytes"),
+    ("SCRATCH_BYTES", "worker.scratch_bytes"),
     ("MEDIA_ISOLATION", "worker.isolation"),
     (
         "MEDIA_MEMORY_LIMIT_BYTES",

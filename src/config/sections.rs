@@ -26,6 +26,10 @@ pub struct WorkerSettings {
     pub media_timeout_secs: u64,
     /// Below this much free scratch space the worker reports not ready.
     pub min_scratch_free_bytes: u64,
+    /// The scratch volume's size when less than its file system's (a Kubernetes emptyDir on
+    /// the node's disk, whose limit the kubelet enforces by eviction); 0 = the file system's.
+    #[serde(default)]
+    pub scratch_bytes: u64,
     /// Where media work runs (`MEDIA_ISOLATION`).
     pub isolation: Isolation,
     /// Address-space cap of each sandbox child and its ffmpeg; 0 = derived

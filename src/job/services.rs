@@ -47,6 +47,14 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
     if removed > 0 {
         tracing::warn!(removed, dir = %settings.worker.tmp_dir.display(), "swept scratch dirs left by a previous run");
     }
+    let limit = settings.worker.scratch_bytes;
+    if limit > 0 {
+        let fs = scratch::Space::file_system(&settings.worker.tmp_dir).map(|s| s.total);
+        tracing::info!(limit, file_system = ?fs, "scratch volume held to SCRATCH_BYTES");
+        if fs.is_some_and(|total| total < limit) {
+            tracing::warn!(limit, file_system = ?fs, "SCRATCH_BYTES is larger than its file system: the file system's size applies");
+        }
+    }
     let metrics = Arc::new(Metrics::new());
     // The Kafka pool's children and its parts lane's (the job API starts its own, see `api`).
     let kafka = if settings.kafka.intake {
@@ -55,7 +63,10 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
         0
     };
     let media = executor(&settings, &metrics, kafka, 0)?;
-    let health = Arc::new(Health::new(settings.worker.min_scratch_free_bytes));
+    let health = Arc::new(Health::new(
+        settings.worker.min_scratch_free_bytes,
+        settings.worker.scratch_bytes,
+    ));
     let scanner = match &settings.scan.clamd_addr {
         Some(addr) => Some(Arc::new(Scanner::new(
             addr.parse().map_err(anyhow::Error::msg)?,
@@ -72,6 +83,7 @@ pub fn services(settings: Arc<Settings>, storage: Arc<dyn Storage>) -> anyhow::R
         admission: Arc::new(scratch::Admission::new(
             &settings.worker.tmp_dir,
             settings.worker.min_scratch_free_bytes,
+            settings.worker.scratch_bytes,
         )),
         scanner,
         tokens,

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 pub mod broker;
 pub mod clamd;
+pub mod cluster;
 pub mod container;
 pub mod http;
 pub mod lines;

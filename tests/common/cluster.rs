@@ -1,0 +1,321 @@
+//! The one-node Kubernetes cluster of `scripts/k8s.sh` (`make test-k8s`; nextest's setup script
+//! starts it and names it in MEDIA_TEST_K8S_DIR and MEDIA_TEST_KUBECONFIG): `kubectl` against
+//! it, the shipped deployment (`deploy/k8s/overlays/local-cluster`: the base and the clamav
+//! component) applied in a namespace of the test's own with the run's Kafka, S3 and ports, and
+//! what the cluster says about its pods (status, events, logs). Everything it reaches is on
+//! 127.0.0.1: the pods use the host's network.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::container::manifest_path;
+use super::*;
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+}
+
+impl Cluster {
+    /// The run's cluster.
+    pub fn shared() -> Cluster {
+        let var = |k: &str| {
+            std::env::var(k).unwrap_or_else(|_| {
+                panic!("{k} is not set: the cluster tests run under `make test-k8s`")
+            })
+        };
+        Cluster {
+            dir: var("MEDIA_TEST_K8S_DIR").into(),
+            kubeconfig: var("MEDIA_TEST_KUBECONFIG").into(),
+        }
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(self.dir.join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// `kubectl args`, which must succeed: its output.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `kubectl get ARGS -o json`.
+    pub fn get(&self, args: &[&str]) -> Value {
+        let mut a = vec!["get"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["-o", "json"]);
+        serde_json::from_str(&self.kubectl_ok(&a)).unwrap()
+    }
+
+    /// The kinds deploy/k8s uses beside the core ones (tests/k8s/crds.yaml).
+    pub fn install_crds(&self) {
+        let crds = manifest_path("tests/k8s/crds.yaml");
+        self.kubectl_ok(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
+        self.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "crd/scaledobjects.keda.sh",
+            "crd/servicemonitors.monitoring.coreos.com",
+            "crd/prometheusrules.monitoring.coreos.com",
+        ]);
+    }
+}
+
+/// What a test changes over the local-cluster overlay, beside the run's addresses.
+#[derive(Default)]
+pub struct Options {
+    /// Lines added to the worker's configuration file (base/config/worker.toml).
+    pub config: String,
+    /// Further variables of the worker's environment (the media-worker-env ConfigMap).
+    pub env: Vec<(String, String)>,
+    /// JSON patch operations on the Deployment (YAML list items).
+    pub patch: String,
+}
+
+/// deploy/k8s as the local-cluster overlay renders it, in a namespace of its own, against the
+/// test's stack; the namespace is deleted when dropped.
+pub struct Deployment<'a> {
+    pub cluster: &'a Cluster,
+    pub ns: String,
+    /// The worker's HTTP port (health, metrics) on 127.0.0.1.
+    pub http_port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl<'a> Deployment<'a> {
+    pub fn apply(cluster: &'a Cluster, stack: &Stack, group: &str, o: &Options) -> Deployment<'a> {
+        cluster.install_crds();
+        let ns = format!("mw-{:08x}", fastrand::u32(..));
+        let http_port = free_port();
+        let dir = tempfile::tempdir().unwrap();
+        let base =
+            std::fs::read_to_string(manifest_path("deploy/k8s/base/config/worker.toml")).unwrap();
+        std::fs::write(
+            dir.path().join("worker.toml"),
+            format!("{base}\n{}", o.config),
+        )
+        .unwrap();
+        let mut env = stack.worker_env(group);
+        env.insert("HTTP_ADDR".into(), format!("127.0.0.1:{http_port}"));
+        env.insert("KAFKA_UNIT_TOPIC".into(), stack.own("media.optimize.units"));
+        env.insert(
+            "KAFKA_UNIT_GROUP_ID".into(),
+            format!("{}.units", stack.own(group)),
+        );
+        for (k, v) in &o.env {
+            env.insert(k.clone(), v.clone());
+        }
+        let secret = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"];
+        let literals = |pick: bool| {
+            let mut lines: Vec<String> = env
+                .iter()
+                .filter(|(k, _)| secret.contains(&k.as_str()) == pick)
+                .map(|(k, v)| format!("      - {k}={v}"))
+                .collect();
+            lines.sort();
+            lines.join("\n")
+        };
+        // Kustomize takes a resource outside the kustomization's folder by a relative path only.
+        let overlay = Path::new(&"../".repeat(dir.path().components().count() - 1)).join(
+            manifest_path("deploy/k8s/overlays/local-cluster")
+                .strip_prefix("/")
+                .unwrap(),
+        );
+        let kustomization = [
+            "apiVersion: kustomize.config.k8s.io/v1beta1".to_owned(),
+            "kind: Kustomization".into(),
+            format!("namespace: {ns}"),
+            "resources:".into(),
+            format!("  - {}", overlay.display()),
+            "configMapGenerator:".into(),
+            "  - name: media-worker-env".into(),
+            "    behavior: merge".into(),
+            "    literals:".into(),
+            literals(false),
+            "  - name: media-worker-config".into(),
+            "    behavior: replace".into(),
+            "    files:".into(),
+            "      - worker.toml".into(),
+            "secretGenerator:".into(),
+            "  - name: media-worker-s3".into(),
+            "    literals:".into(),
+            literals(true),
+            "patches:".into(),
+            "  - target: { kind: Deployment, name: media-worker }".into(),
+            "    patch: |".into(),
+            "      - op: replace".into(),
+            "        path: /spec/template/spec/containers/0/ports/0/containerPort".into(),
+            format!("        value: {http_port}"),
+            indent(&o.patch, 6),
+        ]
+        .join("\n");
+        std::fs::write(dir.path().join("kustomization.yaml"), kustomization).unwrap();
+        cluster.kubectl_ok(&["create", "namespace", &ns]);
+        cluster.kubectl_ok(&["apply", "-k", dir.path().to_str().unwrap()]);
+        Deployment {
+            cluster,
+            ns,
+            http_port,
+            dir,
+        }
+    }
+
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let mut a = vec!["-n", self.ns.as_str()];
+        a.extend_from_slice(args);
+        self.cluster.kubectl_ok(&a)
+    }
+
+    pub fn get(&self, args: &[&str]) -> Value {
+        let mut a = vec!["-n", self.ns.as_str()];
+        a.extend_from_slice(args);
+        self.cluster.get(&a)
+    }
+
+    /// The worker's pods (terminating ones included).
+    pub fn pods(&self) -> Vec<Value> {
+        self.get(&["pods", "-l", "app.kubernetes.io/name=media-worker"])["items"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    /// The namespace's events, oldest first: (reason, object name, message).
+    pub fn events(&self) -> Vec<(String, String, String)> {
+        let mut items = self.get(&["events"])["items"].as_array().unwrap().clone();
+        items.sort_by_key(|e| e["lastTimestamp"].as_str().unwrap_or("").to_owned());
+        items
+            .iter()
+            .map(|e| {
+                let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
+                (
+                    s(&e["reason"]),
+                    s(&e["involvedObject"]["name"]),
+                    s(&e["message"]),
+                )
+            })
+            .collect()
+    }
+
+    /// Each pod's phase and containers' states, and the events: what a failure message shows.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        for p in self.pods() {
+            out += &format!(
+                "pod {} {} ready={}\n",
+                p["metadata"]["name"].as_str().unwrap_or(""),
+                p["status"]["phase"].as_str().unwrap_or(""),
+                ready(&p)
+            );
+            for kind in ["initContainerStatuses", "containerStatuses"] {
+                for c in p["status"][kind].as_array().into_iter().flatten() {
+                    out += &format!(
+                        "  {} ready={} started={} restarts={} state={} last={}\n",
+                        c["name"].as_str().unwrap_or(""),
+                        c["ready"],
+                        c["started"],
+                        c["restartCount"],
+                        c["state"],
+                        c["lastState"]
+                    );
+                }
+            }
+        }
+        for (reason, name, message) in self.events() {
+            out += &format!("event {reason} {name}: {message}\n");
+        }
+        out
+    }
+
+    /// Waits until `n` pods of the worker are Ready and no other is there; panics with the
+    /// pods' states and the events otherwise.
+    pub fn wait_ready(&self, n: usize, timeout: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let pods = self.pods();
+            if pods.len() == n && pods.iter().all(ready) {
+                return pods;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{n} Ready pods not there within {timeout:?}:\n{}",
+                self.describe()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// A container's log (every run of it) in a pod, from the kubelet's log directory.
+    pub fn logs(&self, pod: &str, container: &str) -> String {
+        let root = self.cluster.dir.join("pod-logs");
+        let mut out = String::new();
+        for e in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.starts_with(&format!("{}_{pod}_", self.ns)) {
+                continue;
+            }
+            let mut runs: Vec<PathBuf> = std::fs::read_dir(e.path().join(container))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|f| f.path())
+                .collect();
+            runs.sort();
+            for r in runs {
+                out += &std::fs::read_to_string(&r).unwrap_or_default();
+            }
+        }
+        out
+    }
+
+    /// The kustomization the test applied (for a test that applies it again, changed).
+    pub fn kustomization_dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Deployment<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- cluster state of {}:\n{}", self.ns, self.describe());
+        }
+        let _ = self.cluster.kubectl(&[
+            "delete",
+            "namespace",
+            &self.ns,
+            "--wait=true",
+            "--timeout=120s",
+        ]);
+    }
+}
+
+/// The pod's Ready condition.
+pub fn ready(pod: &Value) -> bool {
+    pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+fn indent(text: &str, n: usize) -> String {
+    text.lines()
+        .map(|l| format!("{}{l}", " ".repeat(n)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -1,0 +1,349 @@
+//! deploy/k8s in a real Kubernetes: the one-node cluster of `scripts/k8s.sh` (built from the
+//! Go module proxy; containerd and runc from Debian), the shipped base and clamav component
+//! through `deploy/k8s/overlays/local-cluster` (the host's network, this machine's images, a
+//! one-line ClamAV database), against Apache Kafka and s3s-fs on 127.0.0.1. `make test-k8s`
+//! builds the images, starts the cluster (nextest's setup script) and runs these one at a
+//! time: the pods of one node share its ports. Not in `make test` (docs/operations.md, "The
+//! cluster tests").
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::cluster::{Cluster, Deployment, Options};
+use common::*;
+use media_worker::contract::{ErrorCode, Stage, Status};
+
+/// A profile that scans with clamd before anything decodes the upload.
+const SCANNED_PROFILE: &str = "[profiles.scanned]\nanalysis = true\nwidths = [320]\n\
+     formats = [{ format = \"webp\", quality = 80 }]\nscan = true\n";
+
+/// The shipped deployment starts: the pod is Ready with both ClamAV sidecars running (none
+/// restarted), and a job of a scanning profile is scanned by the pod's clamd: the EICAR upload
+/// refused `malware_detected` with clamd's signature, a clean one completed with its verdict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_start_with_their_sidecars_and_clamd_scans_jobs() {
+    let cluster = Cluster::shared();
+    let stack = Stack::start(1).await;
+    let d = Deployment::apply(
+        &cluster,
+        &stack,
+        "k8s-scan",
+        &Options {
+            config: SCANNED_PROFILE.into(),
+            ..Options::default()
+        },
+    );
+    let pods = d.wait_ready(1, 4 * MINUTE);
+    let pod = &pods[0];
+    let name = pod["metadata"]["name"].as_str().unwrap();
+    for sidecar in ["clamd", "freshclam"] {
+        let s = pod["status"]["initContainerStatuses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == sidecar)
+            .unwrap_or_else(|| panic!("no {sidecar} sidecar:\n{}", d.describe()));
+        assert!(
+            s["state"]["running"].is_object() && s["restartCount"] == 0,
+            "{sidecar} not running, or restarted: {s}\n{}",
+            d.describe()
+        );
+    }
+
+    let responses = stack.responses();
+    let dir = tempfile::tempdir().unwrap();
+    let eicar = dir.path().join("eicar.jpg");
+    std::fs::write(&eicar, EICAR).unwrap();
+    stack.upload_file("user-1/eicar.jpg", &eicar).await;
+    stack.upload_corpus("imageio_coffee.png").await;
+    for (id, key) in [
+        ("infected", "user-1/eicar.jpg"),
+        ("clean", "imageio_coffee.png"),
+    ] {
+        stack.send(&request(id, key).with_profile("scanned")).await;
+    }
+    let got = responses.take(2, 2 * MINUTE);
+    let by_id = |id: &str| {
+        got.iter()
+            .find(|r| r.body.media_id.as_deref() == Some(id))
+            .unwrap()
+            .body
+            .clone()
+    };
+    let bad = by_id("infected");
+    let e = bad.error.as_ref().unwrap();
+    assert_eq!(
+        (e.code, e.stage, bad.status),
+        (ErrorCode::MalwareDetected, Stage::Scan, Status::Failed),
+        "{bad:?}"
+    );
+    assert!(e.message.contains(EICAR_SIGNATURE), "{}", e.message);
+    let good = by_id("clean");
+    assert_eq!(good.status, Status::Completed, "{good:?}");
+    assert!(good.analysis.as_ref().unwrap().scan().unwrap().clean);
+    // The scan was the pod's clamd's: it logged the signature it found.
+    let clamd = d.logs(name, "clamd");
+    assert!(
+        clamd.contains("Test.EICAR.UNOFFICIAL FOUND"),
+        "clamd's log:\n{clamd}"
+    );
+}
+
+/// A scratch volume the kubelet holds to 8 MiB (the emptyDir's `sizeLimit` and the container's
+/// `ephemeral-storage` limit, as an operator sizes it) and an upload larger than that: a 13 MB
+/// 720p video with the streaming profile. The pod must answer it `limits_exceeded` and stay:
+/// no `Evicted` event, the same pod Ready, the next request completed. (The node's disk, which
+/// `statvfs` shows inside an emptyDir, has tens of GiB free.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_larger_than_the_scratch_volume_is_answered_not_evicted() {
+    let cluster = Cluster::shared();
+    let stack = Stack::start(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let video = common::synthetic::camera_like_video(dir.path(), 20, 1280, 720);
+    let size = std::fs::metadata(&video).unwrap().len();
+    assert!(size > 8 << 20, "{size} bytes: not larger than the volume");
+    let d = Deployment::apply(
+        &cluster,
+        &stack,
+        "k8s-scratch",
+        &Options {
+            patch: "- op: replace\n  path: /spec/template/spec/volumes/0/emptyDir/sizeLimit\n  value: 8Mi\n\
+                    - op: add\n  path: /spec/template/spec/containers/0/resources/requests/ephemeral-storage\n  value: 8Mi\n\
+                    - op: add\n  path: /spec/template/spec/containers/0/resources/limits/ephemeral-storage\n  value: 8Mi\n"
+                .into(),
+            // The readiness floor, for a volume this small.
+            env: vec![("MIN_SCRATCH_FREE_BYTES".into(), "1048576".into())],
+            ..Options::default()
+        },
+    );
+    let pods = d.wait_ready(1, 4 * MINUTE);
+    let pod = pods[0]["metadata"]["name"].as_str().unwrap().to_owned();
+    let responses = stack.responses();
+    stack.upload_file("large.mp4", &video).await;
+    stack.upload_corpus("imageio_coffee.png").await;
+    stack
+        .send(&request("large", "large.mp4").with_profile("streaming"))
+        .await;
+    // The kubelet looks at the volume every 2 s and evicts within 10 s of seeing it past its
+    // limit: the answer, or the eviction, comes first.
+    let got = wait_for("an answer or an eviction", 3 * MINUTE, || {
+        let evicted: Vec<_> = d
+            .events()
+            .into_iter()
+            .filter(|(reason, _, _)| reason == "Evicted")
+            .collect();
+        assert!(evicted.is_empty(), "evicted: {evicted:?}\n{}", d.describe());
+        responses.next(Duration::from_millis(500))
+    });
+    let error = got
+        .body
+        .error
+        .as_ref()
+        .unwrap_or_else(|| panic!("{:?}", got.body));
+    eprintln!("large: {:?} {}", error.code, error.message);
+    assert_eq!(
+        (error.code, error.retryable, got.body.attempts),
+        (ErrorCode::LimitsExceeded, false, 1),
+        "{error:?}"
+    );
+    stack.send(&request("next", "imageio_coffee.png")).await;
+    let next = responses.take(1, 2 * MINUTE);
+    assert_eq!(next[0].body.status, Status::Completed, "{:?}", next[0].body);
+    let pods = d.wait_ready(1, MINUTE);
+    assert_eq!(
+        pods[0]["metadata"]["name"],
+        pod.as_str(),
+        "the pod was replaced"
+    );
+    let evictions = d.events().iter().filter(|e| e.0 == "Evicted").count();
+    assert_eq!(evictions, 0, "{}", d.describe());
+}
+
+/// A small, quick profile for the requests that flow through the restarts.
+const THUMB_PROFILE: &str = "[profiles.thumb]\nanalysis = false\nwidths = [160]\n\
+     formats = [{ format = \"webp\", quality = 70 }]\n";
+
+/// `kubectl rollout restart` twice while requests flow: each old pod drains its jobs on
+/// SIGTERM (within the grace period), its replacement takes the partitions on, and every
+/// request is answered once. On one node the pods of the host's network share their ports,
+/// so the rollout replaces a pod before starting the next (maxSurge 0, maxUnavailable 1: the
+/// base's surge would leave the new pod Pending, "didn't have free ports").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restarts_answer_every_request_once() {
+    let n: usize = std::env::var("K8S_REQUESTS").map_or(300, |v| v.parse().unwrap());
+    let cluster = Cluster::shared();
+    let stack = Stack::start(2).await;
+    let d = Deployment::apply(
+        &cluster,
+        &stack,
+        "k8s-rolling",
+        &Options {
+            config: THUMB_PROFILE.into(),
+            patch: ONE_AT_A_TIME.into(),
+            ..Options::default()
+        },
+    );
+    d.wait_ready(1, 4 * MINUTE);
+    let responses = stack.responses();
+    stack.upload_corpus("imageio_coffee.png").await;
+    let reqs: Vec<_> = (0..n)
+        .map(|i| request(&format!("r{i}"), "imageio_coffee.png").with_profile("thumb"))
+        .collect();
+    stack.send_all(&reqs).await;
+    let mut got = Vec::new();
+    let started = Instant::now();
+    for round in 0..2 {
+        // Some answered before each restart, so that it lands mid-stream.
+        let before = got.len() + n / 5;
+        while got.len() < before.min(n) {
+            let r = responses.next(2 * MINUTE);
+            got.push(r.unwrap_or_else(|| panic!("{} answered:\n{}", got.len(), d.describe())));
+        }
+        let old: Vec<String> = d.pods().iter().map(pod_name).collect();
+        d.kubectl_ok(&["rollout", "restart", "deployment/media-worker"]);
+        d.kubectl_ok(&[
+            "rollout",
+            "status",
+            "deployment/media-worker",
+            "--timeout=300s",
+        ]);
+        let new = d.wait_ready(1, 2 * MINUTE);
+        assert!(
+            !old.contains(&pod_name(&new[0])),
+            "round {round}: not replaced"
+        );
+    }
+    while got.len() < n {
+        match responses.next(2 * MINUTE) {
+            Some(r) => got.push(r),
+            None => panic!("{} of {n} answered:\n{}", got.len(), d.describe()),
+        }
+    }
+    // Late duplicates, if any, within a few seconds.
+    while let Some(r) = responses.next(Duration::from_secs(5)) {
+        got.push(r);
+    }
+    let mut per_id = std::collections::HashMap::<String, usize>::new();
+    for r in &got {
+        *per_id
+            .entry(r.body.media_id.clone().unwrap_or_default())
+            .or_default() += 1;
+    }
+    let duplicates = got.len() - per_id.len();
+    let failed = got
+        .iter()
+        .filter(|r| r.body.status != Status::Completed)
+        .count();
+    let evictions = d.events().iter().filter(|e| e.0 == "Evicted").count();
+    eprintln!(
+        "k8s scenario=rolling requests={n} answers={} distinct={} duplicates={duplicates} \
+         failed={failed} evictions={evictions} in {:.0} s",
+        got.len(),
+        per_id.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!((per_id.len(), duplicates, failed), (n, 0, 0));
+}
+
+/// The rollout of one node: the old pod goes before the new one starts.
+const ONE_AT_A_TIME: &str = "- op: replace\n  path: /spec/strategy/rollingUpdate\n  \
+     value: { maxSurge: 0, maxUnavailable: 1 }\n";
+
+fn pod_name(p: &serde_json::Value) -> String {
+    p["metadata"]["name"].as_str().unwrap().to_owned()
+}
+
+/// `kubectl drain` with deploy/k8s's PodDisruptionBudget in force while every replica is
+/// unready (an S3 outage makes the workers so: readiness follows the output bucket): the drain
+/// must proceed, since an unready pod serves nothing a budget could protect. The replicas here
+/// are stand-ins with the worker's labels (the pause image, a readiness probe that never
+/// passes): two workers cannot share one node's ports, and the budget reads only labels and
+/// readiness. Then the one real worker, ready, is drained under the same budget with requests
+/// flowing: evicted, replaced once the node is back, every request answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drains_proceed_under_the_disruption_budget() {
+    let cluster = Cluster::shared();
+    let stack = Stack::start(1).await;
+    let d = Deployment::apply(
+        &cluster,
+        &stack,
+        "k8s-drain",
+        &Options {
+            config: THUMB_PROFILE.into(),
+            // No worker yet: the stand-ins first.
+            patch: "- op: add\n  path: /spec/replicas\n  value: 0\n".into(),
+            ..Options::default()
+        },
+    );
+    let stand_ins = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: unready\n  namespace: {ns}\n\
+         spec:\n  replicas: 2\n  selector:\n    matchLabels: {{ app.kubernetes.io/name: media-worker, role: stand-in }}\n\
+         \x20 template:\n    metadata:\n      labels: {{ app.kubernetes.io/name: media-worker, role: stand-in }}\n\
+         \x20   spec:\n      hostNetwork: true\n      containers:\n        - name: pause\n          image: {PAUSE}\n\
+         \x20         imagePullPolicy: Never\n          readinessProbe:\n            tcpSocket: {{ host: 127.0.0.1, port: 9 }}\n\
+         \x20           periodSeconds: 2\n",
+        ns = d.ns
+    );
+    let file = d.kustomization_dir().join("stand-ins.yaml");
+    std::fs::write(&file, stand_ins).unwrap();
+    d.kubectl_ok(&["apply", "-f", file.to_str().unwrap()]);
+    wait_for("two stand-ins running, unready", 2 * MINUTE, || {
+        let pods = d.pods();
+        (pods.len() == 2
+            && pods
+                .iter()
+                .all(|p| p["status"]["phase"] == "Running" && !common::cluster::ready(p)))
+        .then_some(())
+    });
+    let drain = cluster.kubectl(&[
+        "drain",
+        "local",
+        "--pod-selector=app.kubernetes.io/name=media-worker",
+        "--delete-emptydir-data",
+        "--timeout=40s",
+    ]);
+    let said = String::from_utf8_lossy(&drain.stderr).into_owned();
+    cluster.kubectl_ok(&["uncordon", "local"]);
+    assert!(
+        drain.status.success(),
+        "the drain did not proceed past unready pods: {said}"
+    );
+    d.kubectl_ok(&["delete", "deployment", "unready", "--wait=true"]);
+
+    // The worker, ready, drained with requests flowing.
+    d.kubectl_ok(&["scale", "deployment/media-worker", "--replicas=1"]);
+    d.wait_ready(1, 4 * MINUTE);
+    let n = 60;
+    let responses = stack.responses();
+    stack.upload_corpus("imageio_coffee.png").await;
+    let reqs: Vec<_> = (0..n)
+        .map(|i| request(&format!("d{i}"), "imageio_coffee.png").with_profile("thumb"))
+        .collect();
+    stack.send_all(&reqs).await;
+    let mut got = responses.take(n / 4, 2 * MINUTE);
+    cluster.kubectl_ok(&[
+        "drain",
+        "local",
+        "--pod-selector=app.kubernetes.io/name=media-worker",
+        "--delete-emptydir-data",
+        "--timeout=120s",
+    ]);
+    cluster.kubectl_ok(&["uncordon", "local"]);
+    got.extend(responses.take(n - got.len(), 3 * MINUTE));
+    while let Some(r) = responses.next(Duration::from_secs(5)) {
+        got.push(r);
+    }
+    let distinct: std::collections::HashSet<_> =
+        got.iter().map(|r| r.body.media_id.clone()).collect();
+    let evictions = d.events().iter().filter(|e| e.0 == "Evicted").count();
+    eprintln!(
+        "k8s scenario=drain requests={n} answers={} duplicates={} evictions={evictions}",
+        got.len(),
+        got.len() - distinct.len()
+    );
+    assert_eq!((distinct.len(), got.len()), (n, n));
+}
+
+/// The pod sandbox's image scripts/k8s.sh loads (the release's own pause).
+const PAUSE: &str = "docker.io/media-worker-k8s/pause:v1.34.4";
