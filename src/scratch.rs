@@ -340,8 +340,8 @@ pub enum Verdict {
     /// Past its budget: its outputs can never fit here, the request's failure.
     Overrun(Overrun),
     /// Within its budget on a full volume: the pod's fault. `needed`: the space to wait for
-    /// before it runs again (what it expected, or twice what it holds; never more than the
-    /// volume can give once this pod's jobs are done).
+    /// before it runs again (what it expected, or twice what it held at its peak; never more
+    /// than the volume can give once this pod's jobs are done).
     Full { free: u64, needed: u64 },
     /// The volume has room: the failure is what it said.
     Room,
@@ -416,7 +416,7 @@ impl Meter {
     /// ([`Verdict::Overrun`]) whatever the failure was. Otherwise, for a failure a full
     /// scratch could explain (`could_be_scratch`): past its budget by its peak or by what it
     /// holds now, the request's; within it, on a volume too full for what it needs (`need`:
-    /// what it reserved, or twice what it holds), the pod's ([`Verdict::Full`]: another job or
+    /// what it reserved, or twice what it held at its peak), the pod's ([`Verdict::Full`]: another job or
     /// something else filled it); else [`Verdict::Room`]. Never on how full the volume looked
     /// after the last write (an encoder may delete what it wrote when a write fails).
     pub fn verdict(
