@@ -107,7 +107,7 @@ async fn a_crashing_decoder_costs_one_job_and_never_the_worker() {
 /// once more with a time limit of its own. Its retry used to get the 3 s its first try left and
 /// be answered `timeout`, permanent. The retry is held stopped until 8 s of its own age (past
 /// what the first try left, well within a limit of its own), then does what is left of a small
-/// job (the `late` profile: 0.1 s of CPU here), so neither the holds nor the work depend on how
+/// job (the `late` profile: one WebP at 640 px), so neither the holds nor the work depend on how
 /// busy the machine is: each is measured from its own process's start (`/proc`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_a_late_crash_gets_a_time_limit_of_its_own() {

@@ -514,12 +514,15 @@ async fn a_video_that_can_never_fit(mib: u64, group: &str) {
 }
 
 /// Issue 65: a volume that another job fills. The issue's upload (its outputs pass any budget
-/// 24 MiB can give) beside an ordinary photo (the noise photo at thirteen WebP widths: about
-/// 15 MB of variants, well within its budget), pool 2. The photo is slow: held stopped once its
-/// directory holds 6 MiB, until the video's first attempt has failed. The video then meets a
-/// full volume before it passes its budget (it can write about 16 MB of its 20 MB budget):
-/// the pod's fault for that attempt. Answered once, `limits_exceeded`, once it has run with the
-/// room it needs; the photo completed; both offsets committed.
+/// 24 MiB can give) beside an ordinary photo (the noise photo at thirteen WebP widths, within
+/// its budget), pool 2. The photo is slow: held stopped once its directory holds 6 MiB (7.5 MB
+/// here), until the video's first attempt has failed. The video then meets a full volume before
+/// it passes its budget (about 13 MB of its 19.8 MB): the pod's fault for that attempt (SIGBUS
+/// twice, "failed with the scratch file system full"). Answered once, `limits_exceeded`, at its
+/// second attempt, once it ran with the room it needed; the photo completed; both offsets
+/// committed. (It passed before the fix too: ffmpeg leaves its segments, so what the directory
+/// held at the failure was its peak; `scratch::a_full_volume_makes_a_job_wait_for_twice_its_peak`
+/// is the encoder that deletes its work.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_video_that_can_never_fit_beside_a_job_that_fills_the_volume_is_answered_once() {
     let dir = tempfile::tempdir().unwrap();
