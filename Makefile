@@ -150,6 +150,7 @@ bench: setup-test sharp
 	cargo bench --bench fairness -- --workers 2 --images 20
 	cargo bench --bench dispatch -- --messages 20000 --ids 50
 	cargo bench --bench dispatch -- --messages 20000 --ids 50 --broker kafka
+	cargo bench --bench scratch_meter -- --hours 2 --seconds 5
 	cargo bench --bench api_split -- --rounds 5 --requests 40 --clients 3
 
 ## Bytes at equal quality against sharp (npm, installed here into a cache, never a runtime

@@ -146,13 +146,13 @@ mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
 
-    /// Records the calls the sequence makes; its jobs finish after `jobs_take`.
+    /// Records the calls the sequence makes; its jobs finish after `jobs_take` (never: `None`).
     #[derive(Clone)]
     struct Parts {
         calls: Arc<Mutex<Vec<String>>>,
         /// What `close` was given.
         left: Arc<Mutex<Option<Duration>>>,
-        jobs_finish: bool,
+        jobs_take: Option<Duration>,
         shutdown: Shutdown,
     }
 
@@ -165,8 +165,10 @@ mod tests {
                 .push(format!("drain (draining: {drained})"));
         }
         async fn jobs_finished(&self) {
-            if !self.jobs_finish {
-                std::future::pending::<()>().await;
+            // The jobs' own time: nothing to await but its passing.
+            match self.jobs_take {
+                Some(take) => tokio::time::sleep(take).await,
+                None => std::future::pending::<()>().await,
             }
         }
         fn abandon(&self) -> usize {
@@ -188,20 +190,20 @@ mod tests {
     }
 
     /// In real time (a paused clock needs tokio's `test-util`, which the release build lacks and
-    /// the tests share its build): jobs that finish at once, and jobs that never do, whose
-    /// wait ends at the deadline less the reserve (400 ms of 2 s).
+    /// the tests share its build), with a timeout of 4 s (a reserve of 800 ms): jobs that finish
+    /// at once, jobs that finish mid-wait (after 1 s: close gets the rest, 3 s at most, not
+    /// only the reserve nor the whole timeout), and jobs that never do, whose wait ends at the
+    /// deadline less the reserve (close gets the reserve).
     #[tokio::test]
     async fn the_stop_waits_for_jobs_until_the_deadline_less_the_reserve() {
-        let timeout = Duration::from_secs(2);
+        let timeout = Duration::from_secs(4);
         let reserve = reserve(timeout);
-        for (jobs_finish, expected, calls) in [
+        let drained = vec!["drain (draining: true)", "close (finished: false)"];
+        for (jobs_take, expected, calls) in [
+            (Some(Duration::ZERO), Stopped::Drained, drained.clone()),
+            (Some(Duration::from_secs(1)), Stopped::Drained, drained),
             (
-                true,
-                Stopped::Drained,
-                vec!["drain (draining: true)", "close (finished: false)"],
-            ),
-            (
-                false,
+                None,
                 Stopped::Abandoned(2),
                 vec![
                     "drain (draining: true)",
@@ -214,27 +216,37 @@ mod tests {
             let parts = Parts {
                 calls: Arc::default(),
                 left: Arc::default(),
-                jobs_finish,
+                jobs_take,
                 shutdown: shutdown.clone(),
             };
             let started = Instant::now();
             let stopped = shutdown.stop(parts.clone(), timeout).await;
             let took = started.elapsed();
-            assert_eq!(stopped, expected);
-            assert_eq!(*parts.calls.lock().unwrap(), calls);
+            assert_eq!(stopped, expected, "{jobs_take:?}");
+            assert_eq!(*parts.calls.lock().unwrap(), calls, "{jobs_take:?}");
             assert!(shutdown.finished().is_cancelled(), "step 3 comes last");
             let left = parts.left.lock().unwrap().expect("closed");
-            if jobs_finish {
-                assert!(
-                    left > reserve,
-                    "no wait once the jobs are done: {left:?} left"
-                );
-            } else {
-                assert!(
-                    took >= timeout - reserve,
-                    "waited until the reserve: {took:?}"
-                );
-                assert!(left <= reserve, "close gets the reserve: {left:?}");
+            match jobs_take {
+                // Close gets the rest of the timeout: what the jobs did not take (the
+                // deadline was set before they began), more than the reserve.
+                Some(take) => {
+                    assert!(took >= take, "{take:?}: returned after {took:?}");
+                    assert!(
+                        left <= timeout - take,
+                        "{take:?}: close got {left:?}, more than was left"
+                    );
+                    assert!(
+                        left > reserve,
+                        "{take:?}: close got {left:?}, no more than the reserve"
+                    );
+                }
+                None => {
+                    assert!(
+                        took >= timeout - reserve,
+                        "waited until the reserve: {took:?}"
+                    );
+                    assert!(left <= reserve, "close gets the reserve: {left:?}");
+                }
             }
         }
     }

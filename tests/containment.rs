@@ -19,9 +19,10 @@ fn failed(r: &OptimizeResponse) -> (ErrorCode, String, Stage, bool) {
     (e.code, e.message.clone(), e.stage, e.retryable)
 }
 
-/// A config file with two profiles for the 25 MP meadow strip: `slow` (AVIF and WebP at four
-/// sizes: about 15 s of native work, for a job that is surely in flight) and `long` (one AVIF
-/// at 2048 px: one libvips call of about 4 s, which nothing can interrupt but a kill).
+/// A config file with three profiles for the 25 MP meadow strip: `slow` (AVIF and WebP at four
+/// sizes: about 15 s of native work, for a job that is surely in flight), `long` (one AVIF
+/// at 2048 px: one libvips call of about 4 s, which nothing can interrupt but a kill) and
+/// `late` (one WebP at 640 px: a small job).
 fn slow_profile(dir: &Path) -> String {
     let config = dir.join("slow.toml");
     std::fs::write(
@@ -29,7 +30,9 @@ fn slow_profile(dir: &Path) -> String {
         "[profiles.slow]\nanalysis = false\nwidths = [640, 1280, 1920, 2048]\n\
          formats = [{ format = \"avif\", quality = 60 }, { format = \"webp\", quality = 90 }]\n\
          [profiles.long]\nanalysis = false\nwidths = [2048]\n\
-         formats = [{ format = \"avif\", quality = 60 }]\n",
+         formats = [{ format = \"avif\", quality = 60 }]\n\
+         [profiles.late]\nanalysis = false\nwidths = [640]\n\
+         formats = [{ format = \"webp\", quality = 80 }]\n",
     )
     .unwrap();
     config.display().to_string()
@@ -102,7 +105,10 @@ async fn a_crashing_decoder_costs_one_job_and_never_the_worker() {
 /// A job process that dies late in its try (held stopped until 17 s of a 20 s
 /// `MEDIA_TIMEOUT_SECS`, then SIGSEGV: a crash at 250 s of a 300 s limit, scaled down) is tried
 /// once more with a time limit of its own. Its retry used to get the 3 s its first try left and
-/// be answered `timeout`, permanent, for a job that takes about 4 s.
+/// be answered `timeout`, permanent. The retry is held stopped until 8 s of its own age (past
+/// what the first try left, well within a limit of its own), then does what is left of a small
+/// job (the `late` profile: one WebP at 640 px), so neither the holds nor the work depend on how
+/// busy the machine is: each is measured from its own process's start (`/proc`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_a_late_crash_gets_a_time_limit_of_its_own() {
     let stack = Stack::start(1).await;
@@ -116,24 +122,28 @@ async fn a_retry_after_a_late_crash_gets_a_time_limit_of_its_own() {
     let responses = stack.responses();
     stack.upload_corpus("imageio_meadow_cube.jpg").await;
     let mut req = request("late-crash", "imageio_meadow_cube.jpg");
-    req.profile = Some("long".into());
-    let idle = sandbox_ticks(&worker);
+    req.profile = Some("late".into());
     stack.send(&req).await;
-    let pid = busy_sandbox(&worker, &idle, 30);
-    let seen = Instant::now();
+    // The try began just before its process: at most 3 s of its limit are left at 17 s.
+    let first = job_process(&worker, &[]);
     // SAFETY: signals to a process of this test's worker.
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
-    // The try began a little before it was seen busy: at most 3 s of its limit are left.
-    tokio::time::sleep(Duration::from_secs(17).saturating_sub(seen.elapsed())).await;
+    unsafe { libc::kill(first, libc::SIGSTOP) };
+    tokio::time::sleep(Duration::from_secs(17).saturating_sub(process_age(first))).await;
     unsafe {
-        libc::kill(pid, libc::SIGSEGV);
-        libc::kill(pid, libc::SIGCONT);
+        libc::kill(first, libc::SIGSEGV);
+        libc::kill(first, libc::SIGCONT);
     }
-    assert!(exits_within(pid, Duration::from_secs(5)), "{pid} survived");
+    assert!(
+        exits_within(first, Duration::from_secs(5)),
+        "{first} survived"
+    );
+    let retry = job_process(&worker, &[first]);
+    stopped_until(retry, Duration::from_secs(8)).await;
     let r = responses.take(1, 2 * MINUTE).remove(0).body;
     assert_eq!(r.status, Status::Completed, "{:?}", r.error);
+    let log = worker.log();
     assert!(
-        worker.log().contains("sandbox job process died"),
+        log.contains("sandbox job process died"),
         "the crash was not seen"
     );
     clean_and_well(&worker, 1);
@@ -201,7 +211,9 @@ async fn a_decode_over_the_memory_cap_fails_its_job_only() {
 
 /// At MEDIA_TIMEOUT_SECS the child is killed and reaped and the permit is free at once: with a
 /// pool of one, the next job starts its native work within a second of the timeout. (Inline,
-/// the timed-out encode would keep the permit for its remaining 3 s.)
+/// the timed-out encode would keep the permit to its end.) The slow job's process is held
+/// stopped (a job that makes no progress, however idle the machine), and the next is a small
+/// photo, so a limit of 10 s is far from what either needs, whatever the machine's load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_job_frees_its_permit_at_once() {
     let stack = Stack::start(1).await;
@@ -210,7 +222,7 @@ async fn a_timed_out_job_frees_its_permit_at_once() {
         &stack,
         "g-timeout",
         dir.path(),
-        &[("MEDIA_TIMEOUT_SECS", "1")],
+        &[("MEDIA_TIMEOUT_SECS", "10")],
     );
     let responses = stack.responses();
     stack.upload_corpus("imageio_meadow_cube.jpg").await;
@@ -228,6 +240,8 @@ async fn a_timed_out_job_frees_its_permit_at_once() {
             })
             .map(|_| ())
     });
+    // SAFETY: a signal to a process of this test's worker (killed at the limit, stopped or not).
+    unsafe { libc::kill(job_process(&worker, &[]), libc::SIGSTOP) };
     stack.send(&request("next", "sharp_Landscape_1.jpg")).await;
 
     // While `slow` runs, `next` waits for the permit (`queued` on /jobs): note when it was last

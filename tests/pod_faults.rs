@@ -477,29 +477,7 @@ async fn a_video_that_can_never_fit(mib: u64, group: &str) {
     let stack = Stack::start(1).await;
     let worker = on_scratch(&stack, group, &scratch, &[("WORKER_POOL_SIZE", "1")]);
     let dir = tempfile::tempdir().unwrap();
-    let noise = generated(
-        dir.path(),
-        "noise.mp4",
-        Command::new("ffmpeg").args([
-            "-v",
-            "error",
-            "-y",
-            "-f",
-            "lavfi",
-            "-i",
-            "nullsrc=s=1280x720:r=30,geq=random(1)*255:128:128",
-            "-t",
-            "20",
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-crf",
-            "51",
-            "-pix_fmt",
-            "yuv420p",
-        ]),
-    );
+    let noise = noise_video(dir.path(), 20);
     let size = std::fs::metadata(&noise).unwrap().len();
     eprintln!("noise video: {size} bytes");
     stack.upload_file("noise.mp4", &noise).await;
@@ -533,6 +511,135 @@ async fn a_video_that_can_never_fit(mib: u64, group: &str) {
         (stack.committed(group, 1) == vec![2]).then_some(())
     });
     assert_eq!(readiness(&worker).map(|(s, _)| s), Some(200), "ready");
+}
+
+/// Issue 65: a volume that another job fills. The issue's upload (its outputs pass any budget
+/// 24 MiB can give) beside an ordinary photo (the noise photo at thirteen WebP widths, within
+/// its budget), pool 2. The photo is slow: held stopped once its directory holds 6 MiB (7.5 MB
+/// here), until the video's first attempt has failed. The video then meets a full volume before
+/// it passes its budget (about 13 MB of its 19.8 MB): the pod's fault for that attempt (SIGBUS
+/// twice, "failed with the scratch file system full"). Answered once, `limits_exceeded`, at its
+/// second attempt, once it ran with the room it needed; the photo completed; both offsets
+/// committed. (It passed before the fix too: ffmpeg leaves its segments, so what the directory
+/// held at the failure was its peak; `scratch::a_full_volume_makes_a_job_wait_for_twice_its_peak`
+/// is the encoder that deletes its work.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_video_that_can_never_fit_beside_a_job_that_fills_the_volume_is_answered_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (photo, _) = noise_photo_and_profiles(dir.path());
+    let config = dir.path().join("wide.toml");
+    let widths: Vec<String> = (0..13).map(|i| (640 + 160 * i).to_string()).collect();
+    std::fs::write(
+        &config,
+        format!(
+            "[profiles.wide]\nanalysis = false\nwidths = [{}]\n\
+             formats = [{{ format = \"webp\", quality = 90 }}]\n",
+            widths.join(", ")
+        ),
+    )
+    .unwrap();
+    let noise = noise_video(dir.path(), 20);
+    let scratch = Tmpfs::mount(24);
+    let stack = Stack::start(1).await;
+    let config = config.display().to_string();
+    let worker = on_scratch(
+        &stack,
+        "g-beside",
+        &scratch,
+        &[("MEDIA_WORKER_CONFIG", &config)],
+    );
+    stack.upload_file("noise.jpg", &photo).await;
+    stack.upload_file("noise.mp4", &noise).await;
+    let responses = stack.responses();
+    let mut ordinary = request("photo", "noise.jpg");
+    ordinary.profile = Some("wide".into());
+    stack.send(&ordinary).await;
+    // The photo's directory once it holds 6 MiB: its job process is stopped there.
+    let jobs = scratch.path().join("jobs");
+    let photo_dir = wait_for("the photo's directory", MINUTE, || {
+        let id = worker
+            .jobs()
+            .into_iter()
+            .find(|j| j["media_id"] == "photo")?["id"]
+            .as_str()?
+            .to_owned();
+        Some(jobs.join(id))
+    });
+    wait_for("6 MiB in the photo's directory", MINUTE, || {
+        (media_worker::scratch::used_bytes(&photo_dir) >= 6 * MIB).then_some(())
+    });
+    let photo_process = job_process(&worker, &[]);
+    // SAFETY: signals to a process of this test's worker.
+    unsafe { libc::kill(photo_process, libc::SIGSTOP) };
+    let held = media_worker::scratch::used_bytes(&photo_dir);
+    let mut video = request("noise", "noise.mp4");
+    video.profile = Some("streaming".into());
+    stack.send(&video).await;
+    let video_of = |w: &Worker| w.jobs().into_iter().find(|j| j["media_id"] == "noise");
+    wait_for("the video taken in", MINUTE, || video_of(&worker));
+    // Its first attempt over: a second one, or its answer.
+    wait_for("the video's first attempt over", 5 * MINUTE, || {
+        video_of(&worker)
+            .is_none_or(|j| j["attempt"].as_u64() >= Some(2))
+            .then_some(())
+    });
+    eprintln!("the photo held {held} bytes while the video's first attempt ran");
+    unsafe { libc::kill(photo_process, libc::SIGCONT) };
+    let got = responses.take(2, 5 * MINUTE);
+    let answer = |key: &str| {
+        let r = got.iter().find(|r| r.key == key);
+        &r.unwrap_or_else(|| panic!("{key} not answered: {got:?}"))
+            .body
+    };
+    let photo = answer("photo");
+    assert_eq!(photo.status, Status::Completed, "{:?}", photo.error);
+    let noise = answer("noise");
+    let error = noise.error.as_ref().expect("the video failed");
+    eprintln!(
+        "video beside the photo: {:?} after {} attempts: {}",
+        error.code, noise.attempts, error.message
+    );
+    assert_eq!(
+        (error.code, error.retryable),
+        (media_worker::contract::ErrorCode::LimitsExceeded, false),
+        "{}",
+        error.message
+    );
+    assert!(
+        responses.next(Duration::from_secs(3)).is_none(),
+        "answered twice"
+    );
+    wait_for("offsets committed", MINUTE, || {
+        (stack.committed("g-beside", 1) == vec![2]).then_some(())
+    });
+}
+
+/// The issue's upload, `secs` long: 720p of noise, each frame new (`geq=random(1)`), in H.264
+/// at the lowest quality (about 135 KB a second), whose rungs no encoder can shrink.
+fn noise_video(dir: &Path, secs: u32) -> PathBuf {
+    generated(
+        dir,
+        &format!("noise-{secs}s.mp4"),
+        Command::new("ffmpeg").args([
+            "-v",
+            "error",
+            "-y",
+            "-f",
+            "lavfi",
+            "-i",
+            "nullsrc=s=1280x720:r=30,geq=random(1)*255:128:128",
+            "-t",
+            &secs.to_string(),
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-crf",
+            "51",
+            "-pix_fmt",
+            "yuv420p",
+        ]),
+    )
 }
 
 /// A source larger than this pod's whole scratch is the request's failure: answered

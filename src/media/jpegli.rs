@@ -33,8 +33,6 @@ pub struct JpegliError(pub String);
 /// jpegli's sequential scan (level 0) and its default progressive script (level 2).
 const SEQUENTIAL: c_int = 0;
 const PROGRESSIVE: c_int = 2;
-/// JPEG's largest side.
-const MAX_SIDE: u32 = 65_500;
 
 unsafe extern "C-unwind" {
     fn jpegli_std_error(err: *mut jpegli_error_mgr) -> *mut jpegli_error_mgr;
@@ -79,11 +77,9 @@ unsafe extern "C-unwind" fn error_exit(cinfo: &mut jpegli_common_struct) {
 
 /// Encodes 8-bit interleaved RGB (`width` x `height`, rows packed) at `quality` (libjpeg's
 /// 1-100 scale): 4:4:4 YCbCr, adaptive quantisation, optimised Huffman tables; progressive
-/// when wider than [`BASELINE_JPEG_MAX_WIDTH`].
+/// when wider than [`BASELINE_JPEG_MAX_WIDTH`]. A size JPEG cannot hold (empty, or a side
+/// past 65,500) is jpegli's to refuse, through its error exit.
 pub fn encode(rgb: &[u8], width: u32, height: u32, quality: u8) -> Result<Vec<u8>, JpegliError> {
-    if width == 0 || height == 0 || width > MAX_SIDE || height > MAX_SIDE {
-        return Err(JpegliError(format!("{width}x{height}: not a JPEG size")));
-    }
     let stride = width as usize * 3;
     if rgb.len() != stride * height as usize {
         return Err(JpegliError(format!(
@@ -157,10 +153,25 @@ pub fn encode(rgb: &[u8], width: u32, height: u32, quality: u8) -> Result<Vec<u8
 mod tests {
     use super::*;
 
+    /// Sizes JPEG cannot hold reach jpegli, whose error exit unwinds to an error with its own
+    /// message (not ours, and not the process's exit); the encoder works on after it.
     #[test]
     fn a_size_jpeg_cannot_hold_is_an_error_not_an_exit() {
-        assert!(encode(&[], 0, 0, 80).is_err());
-        assert!(encode(&[0; 3], 1, 2, 80).is_err());
+        let too_wide = vec![0; 65_501 * 3];
+        for (rgb, w, h, says) in [
+            (&[][..], 0, 0, "Empty input image."),
+            (&too_wide[..], 65_501, 1, "Input image too big."),
+            (&too_wide[..], 1, 65_501, "Input image too big."),
+        ] {
+            let e = encode(rgb, w, h, 80).expect_err("not a JPEG size");
+            // jpegli's `JPEGLI_ERROR`: "{source file}:{line}: {message}", in 80 bytes.
+            assert!(e.0.contains("encode.cc:"), "{w}x{h}: {e}");
+            assert!(e.0.ends_with(says), "{w}x{h}: {e}");
+        }
+        // Bytes that do not match the size are ours to refuse: jpegli would read past them.
+        let e = encode(&[0; 3], 1, 2, 80).expect_err("short");
+        assert_eq!(e.0, "3 bytes for 1x2 RGB");
+        assert!(encode(&[0; 6], 1, 2, 80).is_ok(), "the encoder works on");
     }
 
     #[test]

@@ -29,7 +29,9 @@ pub use broker::{Broker, Received, Responses, produce_all};
 #[allow(unused_imports)]
 pub use clamd::{Clamd, EICAR, EICAR_SIGNATURE};
 #[allow(unused_imports)]
-pub use sandbox::{busy_sandbox, clean_and_well, sandbox_ticks};
+pub use sandbox::{
+    busy_sandbox, clean_and_well, job_process, process_age, sandbox_ticks, stopped_until,
+};
 #[allow(unused_imports)]
 pub use stack::{Stack, request};
 #[allow(unused_imports)]

@@ -54,3 +54,44 @@ pub fn clean_and_well(worker: &Worker, pool: usize) {
         children.iter().map(|p| cmdline(*p)).collect::<Vec<_>>()
     );
 }
+
+/// A job process of `worker` (a sandbox child whose parent is a fork server) other than
+/// `except`, once one runs.
+pub fn job_process(worker: &Worker, except: &[i32]) -> i32 {
+    wait_for("a sandbox job process", MINUTE, || {
+        let sandboxes = worker.sandboxes();
+        sandboxes.iter().copied().find(|p| {
+            !except.contains(p)
+                && matches!(proc_stat(*p), Some((state, parent, _))
+                    if state != 'Z' && sandboxes.contains(&parent))
+        })
+    })
+}
+
+/// How long process `pid` has existed (from its start time in `/proc/<pid>/stat` and the
+/// system's uptime; to the clock tick).
+pub fn process_age(pid: i32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process");
+    // Field 22, the start time in clock ticks after boot; fields counted after the name.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let started: u64 = fields[19].parse().unwrap();
+    let uptime = std::fs::read_to_string("/proc/uptime").unwrap();
+    let uptime: f64 = uptime.split_whitespace().next().unwrap().parse().unwrap();
+    // SAFETY: a plain sysconf query.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Duration::from_secs_f64((uptime - started as f64 / hz).max(0.0))
+}
+
+/// Holds process `pid` stopped until it is `age` old, then lets it go on (a job process that
+/// makes no progress for that long, whatever the machine's load).
+pub async fn stopped_until(pid: i32, age: Duration) {
+    // SAFETY: signals to a process of this test's worker.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    tokio::time::sleep(age.saturating_sub(process_age(pid))).await;
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+}
