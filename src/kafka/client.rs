@@ -51,6 +51,15 @@ pub fn consumer_config(settings: &KafkaSettings, group: &str) -> ClientConfig {
     c
 }
 
+/// A client that reads and commits `group`'s offsets without joining it (the unit group's
+/// start, `kafka::handover`).
+pub fn offsets_config(settings: &KafkaSettings, group: &str) -> ClientConfig {
+    client_config(
+        settings,
+        &[("group.id", group), ("enable.auto.commit", "false")],
+    )
+}
+
 pub fn producer_config(settings: &KafkaSettings) -> ClientConfig {
     client_config(
         settings,
