@@ -339,11 +339,18 @@ mod tests {
         let a = Answered::by("g.units", "units", 3, 17);
         let b = Answered::by("g.units", "units", 3, 18);
         let in_another_group = Answered::by("g", "units", 3, 17);
-        let claim = |by: &str| claim_answer(&storage, &at, by, "w");
-        assert_eq!(claim(&a).await.unwrap(), Claim::Mine);
-        assert_eq!(claim(&b).await.unwrap(), Claim::Taken);
-        assert_eq!(claim(&in_another_group).await.unwrap(), Claim::Taken);
-        assert_eq!(claim(&a).await.unwrap(), Claim::Mine, "delivered again");
+        let claim = |by: String| {
+            let (storage, at) = (&storage, &at);
+            async move { claim_answer(storage, at, &by, "w").await }
+        };
+        assert_eq!(claim(a.clone()).await.unwrap(), Claim::Mine);
+        assert_eq!(claim(b.clone()).await.unwrap(), Claim::Taken);
+        assert_eq!(claim(in_another_group.clone()).await.unwrap(), Claim::Taken);
+        assert_eq!(
+            claim(a.clone()).await.unwrap(),
+            Claim::Mine,
+            "delivered again"
+        );
         let published = Answered {
             by: a.clone(),
             worker: "w".into(),
@@ -354,7 +361,7 @@ mod tests {
         write(&storage, &at, at.answered_key(), &published, &scratch)
             .await
             .unwrap();
-        assert_eq!(claim(&a).await.unwrap(), Claim::Taken, "published");
+        assert_eq!(claim(a.clone()).await.unwrap(), Claim::Taken, "published");
         write(&storage, &at, at.answered_key(), &true, &scratch)
             .await
             .unwrap();
@@ -363,7 +370,7 @@ mod tests {
             Some(Answered::earlier())
         );
         assert_eq!(
-            claim(&a).await.unwrap(),
+            claim(a.clone()).await.unwrap(),
             Claim::Taken,
             "an earlier release's mark"
         );
