@@ -385,7 +385,7 @@ async fn an_upgrade_from_one_group_over_both_topics_answers_once_and_replays_not
     }
     let responses = stack.responses();
     stack.upload_corpus("pillow_flower.jpg").await;
-    let requests = vec![
+    let requests = [
         long_request("video-0"),
         long_request("video-1"),
         common::request("photo-0", "pillow_flower.jpg"),

@@ -2,7 +2,8 @@
 //! any worker, and one stitch. The media side (what a plan, a unit and the stitch make) is
 //! `media::video::units`; this room is the protocol, which rides on storage records and a Kafka
 //! topic of its own (`kafka.unit_topic`), consumed by the same workers in a group of its own
-//! (`kafka.unit_group_id`: every member gets a share of the units whatever the assignor).
+//! (`kafka.unit_group_id`: every member gets a share of the units whatever the assignor; new,
+//! it starts where the request group left the topic: `kafka::handover`).
 //!
 //! 1. **Plan.** The worker that takes a request for a video longer than the profile's
 //!    `units_after_secs` runs its media job as `Part::Plan`: probe, plan (the units, the bytes
@@ -52,7 +53,8 @@
 //!    encoding, storyboard, poster), uploads them under the keys a one-run encode uses and
 //!    writes the manifest.
 //! 5. **One answer.** Then the task claims the answer: `records/answered`, written only where
-//!    nothing is (`Storage::create`: S3's `If-None-Match: *`), naming the task (its record on
+//!    nothing is (`Storage::create`: S3's `If-None-Match: *`, decided atomically by S3 and on
+//!    local files; s3s-fs checks, then writes), naming the task (its record on
 //!    the unit topic, in its group: [`store::Answered`]). The task whose claim it is publishes
 //!    the response, marks its claim published, ends the early stream (closed, or deleted
 //!    after a failure) and, the video done, deletes the pieces. A task that finds the answer
