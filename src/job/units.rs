@@ -45,8 +45,9 @@ fn replaced(f: &Failure) -> bool {
 
 impl JobRunner {
     /// A task from the unit topic: nothing to publish (a unit), or the request's response (the
-    /// stitch).
-    pub async fn run_task(&self, task: &Task, job: &JobHandle) -> TaskEnd {
+    /// stitch, or the part that completed the plan when the unit topic could not take the
+    /// stitch). `by` names the task as a claimant of the answer (`store::Answered::by`).
+    pub async fn run_task(&self, task: &Task, job: &JobHandle, by: &str) -> TaskEnd {
         let storage = &*self.services().storage;
         let plan = &task.plan;
         let record: PlanRecord = match store::read(storage, plan, plan.plan_key()).await {
@@ -58,19 +59,37 @@ impl JobRunner {
             Err(e) => {
                 // Held like any job whose store is away: retried until it answers.
                 tracing::warn!(plan = plan.id(), error = %e, "plan unreadable; retrying");
-                return self.retry_task(task, job).await;
+                return self.retry_task(task, job, by).await;
             }
         };
         let keys = match store::records(storage, plan).await {
             Ok(keys) => keys,
             Err(e) => {
                 tracing::warn!(plan = plan.id(), error = %e, "records unreadable; retrying");
-                return self.retry_task(task, job).await;
+                return self.retry_task(task, job, by).await;
             }
         };
         if keys.contains(&plan.answered_key()) {
-            tracing::info!(plan = plan.id(), task = task.key(), "already answered");
-            return TaskEnd::Nothing;
+            match store::answered(storage, plan).await {
+                // This record claimed the answer before, and its consumer went before it
+                // published: the answer is this task's, whatever task it is.
+                Ok(Some(a)) if a.unpublished_by(by) => {
+                    tracing::info!(
+                        plan = plan.id(),
+                        task = task.key(),
+                        "the answer was claimed by this task before it was delivered again"
+                    );
+                    return self.stitch_here(task, plan, record, job, by).await;
+                }
+                Ok(_) => {
+                    tracing::info!(plan = plan.id(), task = task.key(), "already answered");
+                    return TaskEnd::Nothing;
+                }
+                Err(e) => {
+                    tracing::warn!(plan = plan.id(), error = %e, "claim unreadable; retrying");
+                    return self.retry_task(task, job, by).await;
+                }
+            }
         }
         match (task.unit, task.audio) {
             (Some(index), _) => {
@@ -83,14 +102,14 @@ impl JobRunner {
                     record: Box::new(record),
                     unit,
                 };
-                self.part_task(role, &keys, job).await
+                self.part_task(task, role, &keys, job, by).await
             }
             (None, true) => {
                 let role = As::Audio {
                     plan: plan.clone(),
                     record: Box::new(record),
                 };
-                self.part_task(role, &keys, job).await
+                self.part_task(task, role, &keys, job, by).await
             }
             // The opening is the early stream's audio until the whole program's lands: not
             // made once it has.
@@ -103,17 +122,29 @@ impl JobRunner {
                     plan: plan.clone(),
                     record: Box::new(record),
                 };
-                self.part_task(role, &keys, job).await
+                self.part_task(task, role, &keys, job, by).await
             }
-            (None, false) => match self.stitch_task(plan, record, job).await {
-                Ok(Some(r)) => TaskEnd::Respond(Box::new(r)),
-                Ok(None) => TaskEnd::Nothing,
-                // Sent once: dropped on a storage error, nothing would answer.
-                Err(e) => {
-                    tracing::warn!(plan = plan.id(), error = %e, "records unreadable; retrying");
-                    self.retry_task(task, job).await
-                }
-            },
+            (None, false) => self.stitch_here(task, plan, record, job, by).await,
+        }
+    }
+
+    /// The plan's stitch, run by this task: the response, or nothing when a part has no
+    /// record yet. A storage error is retried (the task is this answer's only bearer).
+    async fn stitch_here(
+        &self,
+        task: &Task,
+        plan: &PlanRef,
+        record: PlanRecord,
+        job: &JobHandle,
+        by: &str,
+    ) -> TaskEnd {
+        match self.stitch_task(plan, record, job).await {
+            Ok(Some(r)) => TaskEnd::Respond(Box::new(r)),
+            Ok(None) => TaskEnd::Nothing,
+            Err(e) => {
+                tracing::warn!(plan = plan.id(), error = %e, "records unreadable; retrying");
+                self.retry_task(task, job, by).await
+            }
         }
     }
 
@@ -189,19 +220,56 @@ impl JobRunner {
         storage.head(&at).await.is_ok()
     }
 
-    /// The plan's response is published: a later stitch task publishes nothing; once the video
-    /// is done, the pieces (as large as the outputs) are deleted; the plan and its records
-    /// stay, small.
+    /// Claims the plan's answer for the task named `by` before it publishes it
+    /// (`store::claim_answer`): `Some(true)` when it is this task's to publish, `Some(false)`
+    /// when another task has it. Tried whatever it takes, until the job is abandoned at
+    /// shutdown: `None` then, and the task is left unacknowledged.
+    pub async fn claim_answer(&self, plan: &PlanRef, by: &str) -> Option<bool> {
+        let svc = self.services();
+        let give_up = self.cancel_token();
+        loop {
+            match store::claim_answer(&*svc.storage, plan, by, &svc.worker.id).await {
+                Ok(claim) => {
+                    let mine = claim == store::Claim::Mine;
+                    if !mine {
+                        tracing::info!(
+                            plan = plan.id(),
+                            task = by,
+                            "the answer is another task's: nothing published"
+                        );
+                    }
+                    return Some(mine);
+                }
+                Err(e) => tracing::warn!(plan = plan.id(), error = %e,
+                    "could not claim the plan's answer; trying again"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                _ = give_up.cancelled() => return None,
+            }
+        }
+    }
+
+    /// The plan's response, claimed by the task `by`, is published: its claim says so (a
+    /// later delivery of the same task publishes nothing); once the video is done, the pieces
+    /// (as large as the outputs) are deleted; the plan and its records stay, small.
     ///
-    /// The mark is written whatever it takes (a stitch of the plan after this one would answer
-    /// again without it), until the job is abandoned at shutdown: `false` then, and the task is
-    /// left unacknowledged.
-    pub async fn mark_answered(&self, plan: &PlanRef, completed: bool) -> bool {
+    /// The mark is written whatever it takes (this task delivered again would answer again
+    /// without it), until the job is abandoned at shutdown: `false` then, and the task is left
+    /// unacknowledged.
+    pub async fn mark_published(&self, plan: &PlanRef, by: &str, completed: bool) -> bool {
         let svc = self.services();
         let storage = &*svc.storage;
         let scratch = &svc.settings.worker.tmp_dir;
         let give_up = self.cancel_token();
-        while let Err(e) = store::write(storage, plan, plan.answered_key(), &true, scratch).await {
+        let published = store::Answered {
+            by: by.to_owned(),
+            worker: svc.worker.id.clone(),
+            published: true,
+        };
+        while let Err(e) =
+            store::write(storage, plan, plan.answered_key(), &published, scratch).await
+        {
             tracing::warn!(plan = plan.id(), error = %e,
                 "could not mark the plan answered; trying again");
             tokio::select! {
@@ -243,15 +311,23 @@ impl JobRunner {
     }
 
     /// A transient failure before the job began: once more, after the backoff.
-    async fn retry_task(&self, task: &Task, job: &JobHandle) -> TaskEnd {
+    async fn retry_task(&self, task: &Task, job: &JobHandle, by: &str) -> TaskEnd {
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        Box::pin(self.run_task(task, job)).await
+        Box::pin(self.run_task(task, job, by)).await
     }
 
     /// A unit's or the audio's task: made and recorded (once: a part with a record is not
     /// made again), or its failure for good recorded, which stops the plan's other parts and
-    /// sends the stitch to answer with it.
-    async fn part_task(&self, role: As, keys: &[String], job: &JobHandle) -> TaskEnd {
+    /// sends the stitch to answer with it. The part that completes the plan and whose stitch
+    /// the unit topic cannot take runs the stitch itself.
+    async fn part_task(
+        &self,
+        task: &Task,
+        role: As,
+        keys: &[String],
+        job: &JobHandle,
+        by: &str,
+    ) -> TaskEnd {
         let Some((plan, record, _, key)) = role.part() else {
             unreachable!("a part's task")
         };
@@ -323,18 +399,24 @@ impl JobRunner {
                 tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             }
             tracing::warn!(plan = plan.id(), part = what, error = ?failed, "part failed for good");
-            self.send_stitch(plan).await;
-            return TaskEnd::Nothing;
+            if self.send_stitch(plan).await {
+                return TaskEnd::Nothing;
+            }
+            return self.stitch_here(task, plan, record.clone(), job, by).await;
         }
         // The part is recorded: the one that completes the plan sends the stitch.
-        let progressed = self.landed(plan, record).await;
-        TaskEnd::Landed(Box::new(record.request.clone()), progressed)
+        match self.landed(plan, record).await {
+            Some(progressed) => TaskEnd::Landed(Box::new(record.request.clone()), progressed),
+            None => self.stitch_here(task, plan, record.clone(), job, by).await,
+        }
     }
 
     /// After a part's record (a unit's or the audio's): the stitch sent when this part
     /// completed the plan, the early playlist extended. Each part writes its record before it
-    /// looks for the others', so of two landing at once at least one sees both.
-    async fn landed(&self, plan: &PlanRef, record: &PlanRecord) -> Progressed {
+    /// looks for the others', so of two landing at once at least one sees both. `None`: this
+    /// part completed the plan and the unit topic could not take its stitch (the caller runs
+    /// it).
+    async fn landed(&self, plan: &PlanRef, record: &PlanRecord) -> Option<Progressed> {
         let storage = &*self.services().storage;
         // Whatever it takes: this may be the plan's last part (at shutdown the task is
         // abandoned unacknowledged, and redelivered).
@@ -347,8 +429,11 @@ impl JobRunner {
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         };
         let landed = store::units_in(plan, &keys).len();
-        if landed == record.units.len() && keys.contains(&plan.audio_key()) {
-            self.send_stitch(plan).await;
+        if landed == record.units.len()
+            && keys.contains(&plan.audio_key())
+            && !self.send_stitch(plan).await
+        {
+            return None;
         }
         // A plan answered (or failing) has no early stream to extend: `end_early` took it down.
         let over = keys.contains(&plan.failed_key()) || keys.contains(&plan.answered_key());
@@ -357,23 +442,31 @@ impl JobRunner {
         } else {
             None
         };
-        Progressed {
+        Some(Progressed {
             landed,
             of: record.units.len(),
             playable,
-        }
+        })
     }
 
-    async fn send_stitch(&self, plan: &PlanRef) {
-        let Some(dispatch) = &self.dispatch() else {
-            return;
+    /// The plan's stitch task, sent to the unit topic: `false` when the topic cannot take it
+    /// (gone or refused, now or within the send's bound), and the caller stitches here: the
+    /// request was committed when it handed off, and nothing else would answer it.
+    async fn send_stitch(&self, plan: &PlanRef) -> bool {
+        let Some(dispatch) = self.dispatch() else {
+            tracing::warn!(
+                plan = plan.id(),
+                "no unit topic for the stitch: stitched here"
+            );
+            return false;
         };
-        let task = Task::stitch(plan);
-        // Sent, whatever it takes: nothing else would answer the request.
-        while let Err(e) = dispatch.send(&task).await {
-            tracing::error!(plan = plan.id(), error = %e,
-                "the stitch task could not be sent; trying again");
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        match dispatch.send(&Task::stitch(plan)).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(plan = plan.id(), error = %e,
+                    "the unit topic did not take the stitch: stitched here");
+                false
+            }
         }
     }
 

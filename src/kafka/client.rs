@@ -51,6 +51,31 @@ pub fn consumer_config(settings: &KafkaSettings, group: &str) -> ClientConfig {
     c
 }
 
+/// The properties of a group's member, which a client that never joins has no use for (and
+/// which librdkafka checks against each other: `max.poll.interval.ms` under the default
+/// `session.timeout.ms` refuses the client).
+const MEMBERSHIP: [&str; 6] = [
+    "max.poll.interval.ms",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "partition.assignment.strategy",
+    "group.instance.id",
+    "group.remote.assignor",
+];
+
+/// A client that reads and commits `group`'s offsets without joining it (the unit group's
+/// start, `kafka::handover`): the operator's properties but a member's.
+pub fn offsets_config(settings: &KafkaSettings, group: &str) -> ClientConfig {
+    let mut c = client_config(
+        settings,
+        &[("group.id", group), ("enable.auto.commit", "false")],
+    );
+    for p in MEMBERSHIP {
+        c.remove(p);
+    }
+    c
+}
+
 pub fn producer_config(settings: &KafkaSettings) -> ClientConfig {
     client_config(
         settings,

@@ -44,6 +44,15 @@ impl From<std::io::Error> for StorageError {
     }
 }
 
+/// What a write made only where nothing is ([`Storage::create`]) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// Nothing was there: the object is now the body written.
+    New,
+    /// An object was there already (S3's `412 Precondition Failed`): it is left as it was.
+    Exists,
+}
+
 /// What a HEAD request tells of an object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Head {
@@ -95,6 +104,17 @@ pub trait Storage: Send + Sync {
     /// The keys in `bucket` under `prefix`, in no particular order (a long video's landed
     /// units: see `crate::units`).
     async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<String>, StorageError>;
+
+    /// Writes `body` to `bucket/key` only if no object is there (S3's `If-None-Match: *`):
+    /// of writers of one key at once, one finds [`Created::New`], the others
+    /// [`Created::Exists`]. A long video's answer is claimed this way (`crate::units`).
+    async fn create(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: &[u8],
+        meta: &ObjectMeta<'_>,
+    ) -> Result<Created, StorageError>;
 
     /// Deletes `bucket/key` (a long video's pieces once it is answered); a missing key is no
     /// error.

@@ -5,7 +5,7 @@ use std::path::{Component, Path, PathBuf};
 
 use async_trait::async_trait;
 
-use super::interface::{Head, ObjectMeta, SourceObject, Storage, StorageError};
+use super::interface::{Created, Head, ObjectMeta, SourceObject, Storage, StorageError};
 use crate::contract::SourceRef;
 
 pub struct LocalStorage {
@@ -81,6 +81,16 @@ impl LocalStorage {
         }
         Ok((path, meta))
     }
+}
+
+/// A name beside `dest` for writing it: the writer's own, so that two writers of one key never
+/// rename (or link) each other's file.
+fn partial_name(dest: &Path) -> PathBuf {
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut tmp = dest.as_os_str().to_owned();
+    tmp.push(format!(".{}-{n}.partial", std::process::id()));
+    tmp.into()
 }
 
 /// Size and modification time, like a web server's weak ETag.
@@ -180,6 +190,33 @@ impl Storage for LocalStorage {
         Ok(keys)
     }
 
+    /// Written beside the key, then linked to it: the link fails if the key exists (atomic,
+    /// as S3's `If-None-Match: *`), and no reader sees a half-written object.
+    async fn create(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: &[u8],
+        _meta: &ObjectMeta<'_>,
+    ) -> Result<Created, StorageError> {
+        let dest = self.resolve(bucket, key)?;
+        if let Some(parent) = dest.parent() {
+            tokio::fs::create_dir_all(parent).await?;
+        }
+        let tmp = partial_name(&dest);
+        let linked = async {
+            tokio::fs::write(&tmp, body).await?;
+            tokio::fs::hard_link(&tmp, &dest).await
+        }
+        .await;
+        let _ = tokio::fs::remove_file(&tmp).await;
+        match linked {
+            Ok(()) => Ok(Created::New),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(Created::Exists),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     async fn delete(&self, bucket: &str, key: &str) -> Result<(), StorageError> {
         let path = self.resolve(bucket, key)?;
         match tokio::fs::remove_file(&path).await {
@@ -212,12 +249,8 @@ impl Storage for LocalStorage {
         if let Some(parent) = dest.parent() {
             tokio::fs::create_dir_all(parent).await?;
         }
-        // Write then rename, so readers never see a half-written output; the partial name is
-        // the writer's own, so two writers of one key never rename each other's file away.
-        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut tmp = dest.clone().into_os_string();
-        tmp.push(format!(".{}-{n}.partial", std::process::id()));
+        // Write then rename, so readers never see a half-written output.
+        let tmp = partial_name(&dest);
         let written = async {
             tokio::fs::copy(path, &tmp).await?;
             tokio::fs::rename(&tmp, &dest).await

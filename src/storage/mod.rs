@@ -6,7 +6,7 @@ mod local;
 mod s3;
 mod settings;
 
-pub use interface::{Head, ObjectMeta, SourceObject, Storage, StorageError};
+pub use interface::{Created, Head, ObjectMeta, SourceObject, Storage, StorageError};
 pub use local::LocalStorage;
 pub use s3::{S3Storage, http_client as s3_http_client};
 pub use settings::StorageSettings;

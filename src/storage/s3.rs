@@ -16,7 +16,7 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use aws_smithy_http_client::tls;
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
-use super::interface::{Head, ObjectMeta, SourceObject, Storage, StorageError};
+use super::interface::{Created, Head, ObjectMeta, SourceObject, Storage, StorageError};
 use super::settings::StorageSettings;
 use crate::contract::SourceRef;
 
@@ -313,6 +313,34 @@ impl Storage for S3Storage {
             );
         }
         Ok(keys)
+    }
+
+    async fn create(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: &[u8],
+        meta: &ObjectMeta<'_>,
+    ) -> Result<Created, StorageError> {
+        let put = self
+            .client
+            .put_object()
+            .bucket(bucket)
+            .key(key)
+            .content_type(meta.content_type)
+            .cache_control(meta.cache_control)
+            .if_none_match("*")
+            .body(ByteStream::from(body.to_vec()))
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(Created::New),
+            Err(e) if status(&e) == Some(412) => Ok(Created::Exists),
+            // S3's answer to a conditional write racing another on the key: the other may
+            // fail, so this one is to be tried again (it then finds the winner's object).
+            Err(e) if status(&e) == Some(409) => Err(StorageError::Unavailable(describe(&e))),
+            Err(e) => Err(classify_write(e, bucket, key)),
+        }
     }
 
     async fn delete(&self, bucket: &str, key: &str) -> Result<(), StorageError> {

@@ -2,7 +2,8 @@
 //! any worker, and one stitch. The media side (what a plan, a unit and the stitch make) is
 //! `media::video::units`; this room is the protocol, which rides on storage records and a Kafka
 //! topic of its own (`kafka.unit_topic`), consumed by the same workers in a group of its own
-//! (`kafka.unit_group_id`: every member gets a share of the units whatever the assignor).
+//! (`kafka.unit_group_id`: every member gets a share of the units whatever the assignor; new,
+//! it starts where the request group left the topic: `kafka::handover`).
 //!
 //! 1. **Plan.** The worker that takes a request for a video longer than the profile's
 //!    `units_after_secs` runs its media job as `Part::Plan`: probe, plan (the units, the bytes
@@ -44,16 +45,30 @@
 //! 4. **Stitch.** The worker that records a plan's last missing part (the last unit, or the
 //!    audio after every unit; or a part's failure) sends the stitch task, keyed by the plan:
 //!    each part writes its record before it lists the others', so of two landing at once at
-//!    least one sees both. The stitch reads the records, downloads the pieces, makes
-//!    every output (`Part::Stitch`: playlists, MPD, MP4s assembled without encoding, storyboard,
-//!    poster), uploads them under the keys a one-run encode uses, writes the manifest and
-//!    publishes the request's one response; then it marks the plan answered, so a later stitch
-//!    task (two last units recorded at once, or a part's task redelivered) publishes nothing,
-//!    ends the early stream (closed, or deleted after a failure), and, the video done, deletes
-//!    the pieces. A plan's stitch tasks share its key, so its partition and its pod, which
-//!    takes them one at a time ([`Stitches`]): the second waits for the first's response and
-//!    mark, then finds the plan answered. Only across a rebalance whose drain ran out could two
-//!    pods stitch at once and both answer (at least once, like every response of this worker).
+//!    least one sees both. When the unit topic cannot take it (its metadata counts no
+//!    partition, or the send fails within its bound: the topic deleted or recreated, an ACL
+//!    answer), that part's task runs the stitch itself and answers: the request was committed
+//!    at hand-off, and nothing else would answer it. The stitch reads the records, downloads
+//!    the pieces, makes every output (`Part::Stitch`: playlists, MPD, MP4s assembled without
+//!    encoding, storyboard, poster), uploads them under the keys a one-run encode uses and
+//!    writes the manifest.
+//! 5. **One answer.** Then the task claims the answer: `records/answered`, written only where
+//!    nothing is (`Storage::create`: S3's `If-None-Match: *`, decided atomically by S3 and on
+//!    local files; s3s-fs checks, then writes), naming the task (its record on
+//!    the unit topic, in its group: [`store::Answered`]). The task whose claim it is publishes
+//!    the response, marks its claim published, ends the early stream (closed, or deleted
+//!    after a failure) and, the video done, deletes the pieces. A task that finds the answer
+//!    another's publishes nothing; so two pods that stitch one plan at once (a rebalance whose
+//!    drain ran out, two parts landing at once on two pods, a stitch task taken in two groups
+//!    while a new unit group replays the topic: docs/operations.md, "Upgrading") answer once.
+//!    A claimant that dies before it publishes leaves its claim, not the request unanswered:
+//!    its record is delivered again in its group, and that delivery (the same name) takes the
+//!    claim as its own, whatever task it is, stitches again (replayed from the manifest once
+//!    the outputs are written) and publishes. Only a claimant that dies between its publish
+//!    and its mark answers twice, on its record's redelivery: the gap between publishing and
+//!    committing that every response of this worker has (at least once). A plan's stitch tasks
+//!    share its key, so its partition and its pod, which takes them one at a time
+//!    ([`Stitches`]): the second finds the plan answered rather than stitching it again.
 //!
 //! **Who waits: nobody.** No task waits for another: the request ends once its tasks are
 //! sent, a unit or the audio once it is recorded, and the stitch only starts when every record is there.
@@ -178,7 +193,8 @@ impl Place {
 
 /// The stitches in hand on this pod, by plan: a plan's stitch tasks share its key, so its
 /// partition, so its pod (but across a rebalance); taken one at a time there, each after the
-/// first finds the plan answered. Two parts landing at once, or a part's task redelivered
+/// first finds the plan answered, rather than stitching it again for nothing (the answer is
+/// once per plan whatever pods stitch it: `crate::units`, "One answer"). Two parts landing at once, or a part's task redelivered
 /// after its record, send a plan's stitch more than once, and a pod of three or more permits
 /// takes two unit-topic tasks at once.
 #[derive(Default)]

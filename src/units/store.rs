@@ -7,7 +7,7 @@
 //!                                            /records/opening.json      the audio's opening's (early stream)
 //!                                            /records/unit-00003.json   unit 3's (after its pieces)
 //!                                            /records/failed            a part failed for good
-//!                                            /records/answered          the response is published
+//!                                            /records/answered          who answers, and whether it has
 //! ```
 //!
 //! `plan_id` is derived from the source object and version (its ETag), the profile's
@@ -26,7 +26,7 @@ use crate::contract::{
 use crate::media::part::{Opening, Unit};
 use crate::media::track::Track;
 use crate::stages::upload;
-use crate::storage::{ObjectMeta, Storage, StorageError};
+use crate::storage::{Created, ObjectMeta, Storage, StorageError};
 
 /// Larger records are not ours.
 const MAX_RECORD_BYTES: u64 = 16 << 20;
@@ -162,6 +162,95 @@ pub struct AudioRecord {
     pub warnings: Vec<Warning>,
 }
 
+/// Who answers a plan (`records/answered`): written where nothing is (`Storage::create`) by
+/// the task that is to publish the response, before it publishes; rewritten `published` once
+/// it has (see `crate::units`, "Stitch").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answered {
+    /// The task's record on the unit topic, in its group ([`Answered::by`]).
+    pub by: String,
+    /// The worker that claimed it (read by people and tests).
+    pub worker: String,
+    pub published: bool,
+}
+
+impl Answered {
+    /// A task's name as a claimant: `{group}/{topic}/{partition}@{offset}`. The same record
+    /// delivered again in its group (its consumer gone) has the same name; its copy in another
+    /// group, or another stitch task of the plan, has another.
+    pub fn by(group: &str, topic: &str, partition: i32, offset: i64) -> String {
+        format!("{group}/{topic}/{partition}@{offset}")
+    }
+
+    /// The mark an earlier release wrote after it published (`true`), or anything else that
+    /// is not a claim: answered.
+    fn earlier() -> Answered {
+        Answered {
+            by: String::new(),
+            worker: String::new(),
+            published: true,
+        }
+    }
+
+    /// Whether the task named `by` claimed the answer and has not published it: its record is
+    /// delivered again, so the task that claimed it is gone, and the answer is this one's.
+    pub fn unpublished_by(&self, by: &str) -> bool {
+        !self.published && self.by == by
+    }
+}
+
+/// What claiming a plan's answer found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// This task publishes the answer: claimed now, or by this same record before.
+    Mine,
+    /// Another task claimed it (it publishes, or its record comes again until one has), or
+    /// it is published.
+    Taken,
+}
+
+/// Claims the answer of the plan `at` for the task named `by` (see [`Answered`]).
+pub async fn claim_answer(
+    storage: &dyn Storage,
+    at: &PlanRef,
+    by: &str,
+    worker: &str,
+) -> Result<Claim, StorageError> {
+    let claim = Answered {
+        by: by.to_owned(),
+        worker: worker.to_owned(),
+        published: false,
+    };
+    let json = serde_json::to_vec(&claim).expect("records serialise");
+    match storage
+        .create(&at.bucket, &at.answered_key(), &json, &JSON)
+        .await?
+    {
+        Created::New => Ok(Claim::Mine),
+        Created::Exists => match answered(storage, at).await? {
+            Some(a) if a.unpublished_by(by) => Ok(Claim::Mine),
+            _ => Ok(Claim::Taken),
+        },
+    }
+}
+
+/// The plan's claim, if anyone made one (a mark an earlier release wrote counts as published).
+pub async fn answered(
+    storage: &dyn Storage,
+    at: &PlanRef,
+) -> Result<Option<Answered>, StorageError> {
+    match storage
+        .read(&at.source(at.answered_key()), MAX_RECORD_BYTES)
+        .await
+    {
+        Ok(bytes) => Ok(Some(
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| Answered::earlier()),
+        )),
+        Err(StorageError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// What became of one unit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -235,6 +324,57 @@ pub fn units_in(at: &PlanRef, keys: &[String]) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The claim's rule on a store whose `create` is atomic (local files): the first task
+    /// claims; another finds it taken; the claimant's record delivered again (the same name)
+    /// finds it its own until it is published; an earlier release's mark (`true`) is taken.
+    #[tokio::test]
+    async fn the_answer_is_the_first_claimants_and_its_records_next_delivery_s() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = crate::storage::LocalStorage::new(dir.path());
+        let at = PlanRef {
+            bucket: "media".into(),
+            prefix: "u/videos/m/units/0123456789abcdef/".into(),
+        };
+        let a = Answered::by("g.units", "units", 3, 17);
+        let b = Answered::by("g.units", "units", 3, 18);
+        let in_another_group = Answered::by("g", "units", 3, 17);
+        let claim = |by: String| {
+            let (storage, at) = (&storage, &at);
+            async move { claim_answer(storage, at, &by, "w").await }
+        };
+        assert_eq!(claim(a.clone()).await.unwrap(), Claim::Mine);
+        assert_eq!(claim(b.clone()).await.unwrap(), Claim::Taken);
+        assert_eq!(claim(in_another_group.clone()).await.unwrap(), Claim::Taken);
+        assert_eq!(
+            claim(a.clone()).await.unwrap(),
+            Claim::Mine,
+            "delivered again"
+        );
+        let published = Answered {
+            by: a.clone(),
+            worker: "w".into(),
+            published: true,
+        };
+        let scratch = dir.path().join("scratch");
+        std::fs::create_dir_all(&scratch).unwrap();
+        write(&storage, &at, at.answered_key(), &published, &scratch)
+            .await
+            .unwrap();
+        assert_eq!(claim(a.clone()).await.unwrap(), Claim::Taken, "published");
+        write(&storage, &at, at.answered_key(), &true, &scratch)
+            .await
+            .unwrap();
+        assert_eq!(
+            answered(&storage, &at).await.unwrap(),
+            Some(Answered::earlier())
+        );
+        assert_eq!(
+            claim(a.clone()).await.unwrap(),
+            Claim::Taken,
+            "an earlier release's mark"
+        );
+    }
 
     #[test]
     fn a_plan_is_named_by_source_version_and_profile() {

@@ -20,6 +20,7 @@ use crate::health::watch_storage;
 use crate::http::ops::{self, HttpState};
 use crate::job::{JobRunner, Services};
 use crate::kafka::flow::unit_slots;
+use crate::kafka::handover::{self, Seeded};
 use crate::kafka::producer::TaskSender;
 use crate::kafka::{Bound, Delivery, KafkaSource, Lane, Publisher};
 use crate::shutdown::{Shutdown, Stoppable, Stopped};
@@ -154,6 +155,30 @@ async fn watch_unit_topic(
     }
 }
 
+/// The unit group started where the request group left the unit topic, when it is new
+/// (`kafka::handover`): said in the log, and a failure said and passed over (the unit group
+/// then starts at `earliest`, or where a pod that joined first left it).
+async fn hand_over_units(kafka: &crate::kafka::KafkaSettings) {
+    if kafka.unit_topic().is_none() {
+        return;
+    }
+    let settings = kafka.clone();
+    let seeded = tokio::task::spawn_blocking(move || handover::seed(&settings)).await;
+    let group = kafka.unit_group();
+    match seeded {
+        Ok(Ok(Seeded::From(offsets))) => tracing::info!(
+            unit_group = group,
+            request_group = kafka.group_id,
+            ?offsets,
+            "the unit group starts where the request group left the unit topic"
+        ),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(unit_group = group, error = %e,
+            "could not start the unit group where the request group left the unit topic"),
+        Err(e) => tracing::error!(error = %e, "the unit group's start failed"),
+    }
+}
+
 /// A long video's units, sent to the unit topic (see `crate::units`).
 struct UnitTasks(Arc<TaskSender>);
 
@@ -163,6 +188,12 @@ impl crate::units::Dispatch for UnitTasks {
         let payload = serde_json::to_vec(task).expect("tasks serialise");
         let partition = task.place().map(|p| move |n| p.among(n));
         let sent = self.0.send(&task.key(), partition, &payload).await;
+        if sent.is_err() {
+            // The topic may be gone or refusing: asked again now rather than at the next
+            // check, so that a long video taken meanwhile is encoded where it is taken.
+            let sender = self.0.clone();
+            let _ = tokio::task::spawn_blocking(move || sender.check()).await;
+        }
         sent.map_err(|e| e.to_string())
     }
 
@@ -245,6 +276,7 @@ impl Worker {
             None => None,
         };
         let (intake, deliveries) = if settings.kafka.intake {
+            hand_over_units(&settings.kafka).await;
             let (i, d) = Intake::start(&svc, shutdown)?;
             (Some(i), Some(d))
         } else {

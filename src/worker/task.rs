@@ -12,6 +12,7 @@ use crate::kafka::{Delivery, Lane, Publisher};
 use crate::shutdown::Shutdown;
 use crate::stages::{publish, validate};
 use crate::telemetry::{self, Origin, traces};
+use crate::units::store::Answered;
 use crate::units::{Stitches, Task};
 
 use super::progress::{Follower, Progress};
@@ -128,9 +129,12 @@ async fn publish_response(
 }
 
 /// A record of the unit topic (see `crate::units`): a unit, acked once recorded; or the
-/// stitch, acked once its response is published and the plan marked answered.
+/// stitch, acked once its response is published and the plan marked answered, or once it
+/// found the answer another task's.
 async fn unit_task(d: Delivery, ctx: Arc<Ctx>) {
     let svc = ctx.runner.services();
+    let group = svc.settings.kafka.unit_group();
+    let by = Answered::by(&group, &d.topic, d.partition, d.offset);
     let task: Task = match d.payload.as_deref().map(serde_json::from_slice) {
         Some(Ok(t)) => t,
         _ => {
@@ -156,7 +160,7 @@ async fn unit_task(d: Delivery, ctx: Arc<Ctx>) {
     let label = task.key();
     let job = svc.registry.start(&label, task.plan.id());
     let r = tokio::select! {
-        r = ctx.runner.run_task(&task, &job) => r,
+        r = ctx.runner.run_task(&task, &job, &by) => r,
         _ = ctx.shutdown.abandoned() => return,
     };
     let response = match r {
@@ -171,10 +175,16 @@ async fn unit_task(d: Delivery, ctx: Arc<Ctx>) {
         }
         TaskEnd::Nothing => return d.finished(),
     };
+    // One answer per plan, whichever pods stitched it: the task that claims it publishes.
+    match ctx.runner.claim_answer(&task.plan, &by).await {
+        None => return,
+        Some(false) => return d.finished(),
+        Some(true) => {}
+    }
     if publish_response(&ctx, &d, &response, Some(&job), started).await
         && ctx
             .runner
-            .mark_answered(&task.plan, response.error.is_none())
+            .mark_published(&task.plan, &by, response.error.is_none())
             .await
     {
         d.finished();

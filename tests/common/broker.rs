@@ -222,6 +222,21 @@ impl Broker {
         });
     }
 
+    /// Deletes `name`, once no node's metadata lists it any more.
+    pub fn delete_topic(&self, name: &str) {
+        use rdkafka::admin::AdminOptions;
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        let deleted = on_own_runtime(self.admin().delete_topics(&[name], &opts));
+        for r in deleted.unwrap() {
+            if let Err((t, e)) = r {
+                panic!("delete topic {t}: {e}");
+            }
+        }
+        wait_for("the topic gone", Duration::from_secs(60), || {
+            (!self.topics().iter().any(|t| t == name)).then_some(())
+        });
+    }
+
     /// Every topic's name (all topics asked for: a request for one missing topic may create
     /// it on a broker with `auto.create.topics.enable`).
     pub fn topics(&self) -> Vec<String> {
