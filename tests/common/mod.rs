@@ -16,6 +16,7 @@ pub mod broker;
 pub mod clamd;
 pub mod container;
 pub mod http;
+pub mod inputs;
 pub mod lines;
 pub mod sandbox;
 pub mod stack;
