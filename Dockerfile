@@ -32,10 +32,16 @@ FROM ${BINARY} AS binary
 # components the worker uses and the inputs it takes, and nothing else: Debian's build links
 # about 200 libraries (libavdevice's back-ends, flite voices, codec2, libplacebo, x265, SVT-AV1,
 # ...) that all load with it and none of which a job uses (docs/operations.md, "The image").
-# Static libav*: one file each, linked to Debian's x264, dav1d, libwebp, zimg and libxml2 (DASH
-# in). About 4 minutes on 2 cores, cached by the engine with the stage. tests/container.rs asks
-# the image's ffmpeg for every component a profile uses and runs every profile's jobs with it.
+# The components are config/ffmpeg-components' (scripts/ffmpeg-configure.sh): each accepted
+# container's demuxer, the decoders and parsers of the codecs it may carry, what the worker's
+# runs use. Static libav*: one file each, linked to Debian's x264, dav1d, libwebp and zimg (not
+# libxml2: no DASH demuxer, the worker reads no manifest). About 4 minutes on 2 cores, cached by
+# the engine with the stage until FFMPEG_VERSION (Debian's source version, which
+# scripts/image.sh reads with apt) or the list changes. tests/container.rs asks the image's
+# ffmpeg for every listed component and has it answer a file of each accepted codec as the
+# host's ffmpeg does.
 FROM debian:12-slim AS ffmpeg
+ARG FFMPEG_VERSION=
 WORKDIR /build
 RUN printf 'deb-src http://deb.debian.org/debian %s main\n' bookworm bookworm-updates \
       > /etc/apt/sources.list.d/bookworm-src.list \
@@ -44,29 +50,18 @@ RUN printf 'deb-src http://deb.debian.org/debian %s main\n' bookworm bookworm-up
  && apt-get update \
  && apt-get install -y --no-install-recommends \
       dpkg-dev gcc make nasm pkg-config libx264-dev libdav1d-dev libwebp-dev libzimg-dev \
-      libxml2-dev zlib1g-dev \
- && apt-get source --only-source ffmpeg \
+      zlib1g-dev \
+ && apt-get source --only-source "ffmpeg${FFMPEG_VERSION:+=$FFMPEG_VERSION}" \
  && mv ffmpeg-*/ src \
  && rm -rf /var/lib/apt/lists/*
+COPY config/ffmpeg-components scripts/ffmpeg-configure.sh /build/
 WORKDIR /build/src
-RUN ./configure --prefix=/usr/local --disable-everything --disable-autodetect \
+RUN components=$(../ffmpeg-configure.sh ../ffmpeg-components) \
+ && ./configure --prefix=/usr/local --disable-everything --disable-autodetect \
       --disable-doc --disable-debug --disable-ffplay --disable-avdevice --disable-postproc \
       --disable-network --disable-shared --enable-static --enable-gpl --enable-pthreads \
-      --enable-zlib --enable-libxml2 --enable-libx264 --enable-libdav1d --enable-libwebp \
-      --enable-libzimg \
-      --enable-protocol=file,pipe \
-      --enable-demuxer=mov,matroska,avi,gif,image2,mp3,aac,ac3,eac3,flac,ogg,wav,mpegts,hls,dash,concat,h264,hevc \
-      --enable-muxer=mp4,mov,hls,dash,tee,image2,null,mpegts,matroska,webm \
-      --enable-decoder=h264,hevc,vp8,vp9,libdav1d,mpeg4,mpeg2video,mpeg1video,h263,mjpeg,prores,png,gif,rawvideo \
-      --enable-decoder=aac,aac_latm,mp3float,mp3,mp2float,mp2,opus,vorbis,flac,ac3,eac3,alac \
-      --enable-decoder=pcm_s16le,pcm_s16be,pcm_s24le,pcm_s24be,pcm_s32le,pcm_f32le,pcm_u8,pcm_alaw,pcm_mulaw \
-      --enable-encoder=libx264,aac,png,mjpeg,libwebp,libwebp_anim,wrapped_avframe,rawvideo,pcm_s16le \
-      --enable-parser=h264,hevc,vp8,vp9,av1,aac,aac_latm,mpegaudio,opus,vorbis,flac,ac3,mpeg4video,mpegvideo,h263,mjpeg,png,gif \
-      --enable-bsf=aac_adtstoasc,h264_mp4toannexb,hevc_mp4toannexb,vp9_superframe,vp9_superframe_split,av1_frame_split,extract_extradata,null \
-      --enable-filter=buffer,buffersink,abuffer,abuffersink,format,aformat,null,anull,nullsink,anullsink,copy \
-      --enable-filter=scale,zscale,tonemap,colorspace,fps,split,asplit,trim,atrim,setpts,asetpts,settb,asettb \
-      --enable-filter=select,aselect,tile,crop,pad,transpose,hflip,vflip,rotate,setsar,setdar,thumbnail \
-      --enable-filter=aresample,pan,ebur128,loudnorm,volume,ssim,psnr \
+      --enable-zlib --enable-libx264 --enable-libdav1d --enable-libwebp \
+      --enable-libzimg $components \
  && make -j"$(nproc)" \
  && make install \
  && mkdir -p /usr/local/share/doc/ffmpeg \
@@ -83,13 +78,19 @@ RUN ./configure --prefix=/usr/local --disable-everything --disable-autodetect \
 # libvips42 (its loaders and the vips-heif module), the OpenCV modules the binary links (contrib
 # for img_hash), opencv-data (the cascades), tini (reaps ffmpeg children and forwards SIGTERM),
 # and the libraries the ffmpeg stage's programs link (copied in beside them). Most of what they
-# pull in (OpenCV's optional stack: Qt, Mesa, GDAL, ...) never reaches the image.
+# pull in (OpenCV's optional stack: Qt, Mesa, GDAL, ...) never reaches the image. Every package
+# at Debian's current version, the base's too (`upgrade`): DEBIAN_SNAPSHOT, the time of the
+# archive's latest publication (scripts/image.sh reads it with apt, and labels the image with
+# it), is this stage's cache key, so that a build after a security update takes it.
 FROM debian:12-slim AS packages
-RUN apt-get update \
+ARG DEBIAN_SNAPSHOT=
+RUN echo "Debian as of ${DEBIAN_SNAPSHOT:-now}" \
+ && apt-get update \
+ && apt-get upgrade -y --no-install-recommends \
  && apt-get install -y --no-install-recommends \
       libvips42 libopencv-core406 libopencv-imgproc406 libopencv-objdetect406 \
       libopencv-contrib406 libssl3 opencv-data ca-certificates tini \
-      libx264-164 libdav1d6 libwebp7 libzimg2 libxml2 \
+      libx264-164 libdav1d6 libwebp7 libzimg2 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=ffmpeg /usr/local/bin/ffmpeg /usr/local/bin/ffprobe /usr/bin/
 COPY --from=ffmpeg /usr/local/share/doc/ffmpeg /usr/share/doc/ffmpeg

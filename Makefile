@@ -103,8 +103,11 @@ advisory-db:
 ## Engine (setup-test installs and starts it): the release build made here (the build the benches
 ## measure: `cargo bench` shares its dependencies), with ffmpeg, ffprobe and tini and the libraries
 ## they load, on no base (scripts/image-root.sh; docs/operations.md, "The image"). Labelled
-## media-worker.profile=release and with the source revision, as media_worker_build_info says.
-## The stages that need no binary (mostly downloads and package installs) build beside it.
+## media-worker.profile=release and with the source revision, as media_worker_build_info says,
+## and with the Debian snapshot its packages are from (media-worker.debian-snapshot: the archive's
+## state, read with apt at each build, keys the package stage, so a build takes Debian's current
+## security updates). The stages that need no binary (mostly downloads and package installs, the
+## ffmpeg build of config/ffmpeg-components) build beside it.
 image: setup-test
 	@mkdir -p target; scripts/image.sh --stages >target/image-stages.log 2>&1 & stages=$$!; \
 	cargo build --release --locked --bin media-worker; built=$$?; \

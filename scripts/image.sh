@@ -5,6 +5,8 @@
 #   scripts/image.sh --stages            only the base and the stages that need no binary (the
 #                                        ffmpeg build, the runtime packages), into the engine's
 #                                        cache: `make image` runs it beside the release build
+#   scripts/image.sh --archive           prints the Debian archive's state as the build reads it
+#                                        (SNAPSHOT FFMPEG_VERSION, see below)
 # The base `debian:12-slim` of the packages stage is made once per machine with debootstrap
 # (Docker Hub is not reachable here) and imported under the tag the Dockerfile names; that stage
 # installs the runtime packages from Debian as it does anywhere, and the image keeps only what
@@ -12,6 +14,14 @@
 # through the Dockerfile's `prebuilt` stage; `docker build .` elsewhere compiles it. The image
 # is labelled with the binary's build profile (target/PROFILE/) and source revision, and checked
 # (scripts/check-image-libs.py) to hold every library its programs need.
+# Security updates: before each build, apt (in a container of the base, with the image's
+# sources) reads the archive's state: its snapshot, the time of the latest publication of
+# bookworm, bookworm-updates and bookworm-security (the newest Date of their Release files, in
+# snapshot.debian.org's notation), and the version of Debian's ffmpeg source. The snapshot is
+# the runtime packages stage's cache key (it upgrades every package, the base's too) and the
+# image's label `media-worker.debian-snapshot`; the ffmpeg version is the ffmpeg stage's (built
+# again when Debian ships a new one). So the engine's cache and a base made long ago never keep
+# a build from the archive's current packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 binary=$1 tag=${2:-} probe=${3:-}
@@ -48,9 +58,24 @@ EOF
     --change 'CMD ["bash"]' - debian:12-slim >/dev/null
 fi
 
+archive() {
+  $docker run --rm --network host debian:12-slim bash -c '
+    sed -i "s/^deb /deb-src /" /etc/apt/sources.list
+    apt-get update -qq >/dev/null
+    for f in /var/lib/apt/lists/*Release; do sed -n "s/^Date: //p" "$f"; done |
+      while read -r d; do date -u -d "$d" +%Y%m%dT%H%M%SZ; done | sort | tail -1
+    apt-cache showsrc --only-source ffmpeg | sed -n "s/^Version: //p" | sort -V | tail -1' |
+    paste -sd' '
+}
+if [ "$binary" = --archive ]; then archive; exit 0; fi
+read -r snapshot ffmpeg_version <<<"$(archive)"
+if [ -z "$ffmpeg_version" ]; then echo "image: cannot read the archive's state with apt"; exit 1; fi
+archive_args=(--build-arg "DEBIAN_SNAPSHOT=$snapshot" --build-arg "FFMPEG_VERSION=$ffmpeg_version")
+
 if [ "$binary" = --stages ]; then
-  DOCKER_BUILDKIT=1 $docker build --quiet --network host --target packages . >/dev/null
-  echo "image: stages built"
+  DOCKER_BUILDKIT=1 $docker build --quiet --network host "${archive_args[@]}" --target packages . \
+    >/dev/null
+  echo "image: stages built (Debian as of $snapshot, ffmpeg $ffmpeg_version)"
   exit 0
 fi
 
@@ -69,6 +94,7 @@ strip -o target/image/media-worker "$binary"
 old=$($docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
 # The binary's label lets the tests check that an image holds the binary they were built with.
 DOCKER_BUILDKIT=1 $docker build --quiet --network host --build-arg BINARY=prebuilt \
+  "${archive_args[@]}" --label "media-worker.debian-snapshot=$snapshot" \
   --label "media-worker.binary-sha256=$(sha256sum <"$binary" | cut -d' ' -f1)" \
   --label "media-worker.profile=$profile" \
   --label "media-worker.revision=$revision" \
@@ -85,4 +111,5 @@ python3 scripts/check-image-libs.py "$tag"
 if [ -n "$old" ] && [ "$old" != "$($docker image inspect -f '{{.Id}}' "$tag")" ]; then
   $docker image rm "$old" >/dev/null 2>&1 || true
 fi
-echo "image: $tag ($profile build, revision $revision), $(($($docker image inspect -f '{{.Size}}' "$tag") / 1000000)) MB"
+echo "image: $tag ($profile build, revision $revision, Debian as of $snapshot)," \
+  "$(($($docker image inspect -f '{{.Size}}' "$tag") / 1000000)) MB"

@@ -23,6 +23,7 @@ use common::container::*;
 use common::worker::http_get;
 use common::*;
 use media_worker::contract::{ErrorCode, MediaType, OptimizeResponse, Status};
+use media_worker::media::video::components;
 
 const SHIPPED: &str = "media-worker:latest";
 const PROBE: &str = "media-worker:attack-probe";
@@ -483,7 +484,9 @@ async fn docker_kill_then_restart_loses_nothing() {
     assert_eq!(count.len(), n);
 }
 
-/// `ffmpeg -FLAG` in the shipped image: the names it lists (demuxers list several per line).
+/// `ffmpeg -FLAG` in the shipped image: the names it lists (demuxers list several per line;
+/// a decoder named otherwise than its codec is listed under both, as `-decoders` says "(codec
+/// X)"; bitstream filters and protocols one a line).
 fn image_ffmpeg_lists(flag: &str) -> Vec<String> {
     let text = docker_ok(&[
         "run",
@@ -494,74 +497,243 @@ fn image_ffmpeg_lists(flag: &str) -> Vec<String> {
         "-hide_banner",
         flag,
     ]);
+    if ["-bsfs", "-protocols"].contains(&flag) {
+        return text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.ends_with(':'))
+            .map(str::to_owned)
+            .collect();
+    }
     // " FLAGS name[,name] description", past the legend: it ends with a line of dashes, or
     // (filters) its lines are indented further.
     let rows: Vec<&str> = match text.split_once("\n --") {
         Some((_, rows)) => rows.lines().skip(1).collect(),
         None => text.lines().filter(|l| !l.starts_with("  ")).collect(),
     };
+    let codecs = rows.iter().filter_map(|l| {
+        let (_, codec) = l.rsplit_once("(codec ")?;
+        Some(codec.trim_end_matches(')').to_owned())
+    });
     rows.iter()
         .filter_map(|l| l.split_whitespace().nth(1))
         .flat_map(|names| names.split(','))
         .map(str::to_owned)
+        .chain(codecs)
         .collect()
 }
 
-/// The image's ffmpeg has every decoder, encoder, filter, muxer and demuxer a profile uses
-/// (src/media/video/) and the inputs the worker takes: H.264, HEVC, AV1 (dav1d), VP9, AAC, Opus
-/// and MP3 decode; x264, AAC, PNG, MJPEG and WebP (storyboards) encode; the tone map of HDR
-/// sources, loudness (ebur128, loudnorm, volume), ssim; HLS, DASH, MP4 and tee out; MP4, WebM,
-/// Matroska, HLS and DASH in. `the_image_holds_only_what_every_profile_loads` runs them.
+/// The image's ffmpeg has every component of config/ffmpeg-components (the list its build
+/// configures ffmpeg with, and the worker reads): a decoder of each codec each container
+/// accepts, each container's demuxer, and the encoders, filters, muxers, demuxers, bitstream
+/// filters and protocols the worker's runs use (derived from every profile's arguments by the
+/// unit tests of `media::video::uses`) or that ffmpeg adds to them (autorotation's filters,
+/// conversions). `the_image_answers_every_accepted_input_as_the_host_does` decodes them.
 #[test]
 fn the_images_ffmpeg_has_what_every_profile_uses() {
-    let want: [(&str, &[&str]); 5] = [
-        (
-            "-decoders",
-            &[
-                "h264", "hevc", "libdav1d", "vp9", "aac", "opus", "mp3float", "png", "mjpeg", "gif",
-            ],
-        ),
-        ("-encoders", &["libx264", "aac", "png", "mjpeg", "libwebp"]),
-        (
-            "-filters",
-            &[
-                "scale",
-                "fps",
-                "split",
-                "trim",
-                "format",
-                "select",
-                "tile",
-                "crop",
-                "transpose",
-                "zscale",
-                "tonemap",
-                "ebur128",
-                "loudnorm",
-                "volume",
-                "ssim",
-            ],
-        ),
-        ("-muxers", &["mp4", "hls", "dash", "tee", "image2", "null"]),
-        (
-            "-demuxers",
-            &[
-                "mov", "mp4", "matroska", "webm", "hls", "dash", "gif", "image2", "mp3",
-            ],
-        ),
-    ];
-    for (flag, names) in want {
+    let list = components::list();
+    let mut want: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (demuxer, codecs) in list.containers() {
+        want.entry("-demuxers").or_default().insert(demuxer);
+        let decoders = want.entry("-decoders").or_default();
+        decoders.extend(codecs.iter().map(String::as_str));
+    }
+    for (flag, kind) in [
+        ("-decoders", "decoder"),
+        ("-encoders", "encoder"),
+        ("-filters", "filter"),
+        ("-muxers", "muxer"),
+        ("-demuxers", "demuxer"),
+        ("-bsfs", "bsf"),
+        ("-protocols", "protocol"),
+    ] {
+        want.entry(flag).or_default().extend(list.all(kind));
+    }
+    let mut missing = Vec::new();
+    for (flag, names) in &want {
         let listed = image_ffmpeg_lists(flag);
-        let missing: Vec<_> = names
+        println!(
+            "container: ffmpeg {flag}: {} listed, {} wanted",
+            listed.len(),
+            names.len()
+        );
+        let lacks: Vec<_> = names
             .iter()
             .filter(|n| !listed.iter().any(|l| l == *n))
             .collect();
-        println!(
-            "container: ffmpeg {flag}: {} listed, {names:?} wanted",
-            listed.len()
-        );
-        assert!(missing.is_empty(), "ffmpeg {flag} lacks {missing:?}");
+        if !lacks.is_empty() {
+            missing.push(format!("{flag} lacks {lacks:?}"));
+        }
     }
+    assert!(
+        missing.is_empty(),
+        "the image's ffmpeg: {}",
+        missing.join("; ")
+    );
+}
+
+/// What a test compares of an answer: its status, its error's code, the kinds of its outputs
+/// (role and format) and of its warnings.
+fn answer_kinds(r: &OptimizeResponse) -> String {
+    let mut outputs: Vec<String> = r
+        .outputs
+        .iter()
+        .map(|o| format!("{}/{}", o.role, o.format))
+        .collect();
+    outputs.sort();
+    let warnings: Vec<String> = r.warnings.iter().map(|w| format!("{:?}", w.code)).collect();
+    format!(
+        "{:?} {:?} outputs {outputs:?} warnings {warnings:?}",
+        r.status,
+        r.error.as_ref().map(|e| e.code)
+    )
+}
+
+/// Every codec that config/ffmpeg-components accepts in each container, in a small file made
+/// with the host's ffmpeg (tests/common/inputs.rs: each listed video and audio codec once per
+/// container), is answered by the image as by a worker on the host, whose ffmpeg is Debian's
+/// with every decoder: the same status, error code and kinds of outputs and warnings. A codec
+/// the list does not accept (Cinepak in AVI, which the host's ffmpeg decodes) is refused alike,
+/// as unsupported media.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_image_answers_every_accepted_input_as_the_host_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = inputs::accepted(dir.path());
+    let refused = inputs::refused(dir.path());
+    files.push(refused.clone());
+    println!("container: {} inputs made", files.len());
+    let (host_stack, pod_stack) = (Stack::start(1).await, Stack::start(1).await);
+    let mut requests = Vec::new();
+    for f in &files {
+        let key = f.path.file_name().unwrap().to_str().unwrap();
+        host_stack.upload_file(key, &f.path).await;
+        pod_stack.upload_file(key, &f.path).await;
+        // An animated GIF reaches ffmpeg as the profile that also makes it an MP4.
+        let profile = if f.demuxer == "gif" {
+            "showcase"
+        } else {
+            "default"
+        };
+        requests.push(request(&f.id, key).with_profile(profile));
+    }
+    let host = Worker::start(&host_stack.worker_env("g-host-inputs"));
+    let c = Container::run(SHIPPED, &pod_stack.worker_env("g-image-inputs"), &[]);
+    host.ready().await;
+    c.wait_consuming();
+    let (on_host, in_image) = (host_stack.responses(), pod_stack.responses());
+    host_stack.send_all(&requests).await;
+    pod_stack.send_all(&requests).await;
+    let n = requests.len();
+    let on_host = by_media_id(on_host.take(n, 10 * MINUTE));
+    let in_image = by_media_id(in_image.take(n, 10 * MINUTE));
+    assert_eq!((on_host.len(), in_image.len()), (n, n));
+
+    let mut differ = Vec::new();
+    for f in &files {
+        let (h, i) = (
+            answer_kinds(&on_host[&f.id]),
+            answer_kinds(&in_image[&f.id]),
+        );
+        if h != i {
+            let why = |r: &OptimizeResponse| r.error.as_ref().map(|e| e.message.clone());
+            println!(
+                "container: {}: host {h}, image {i} ({:?})",
+                f.id,
+                why(&in_image[&f.id])
+            );
+            differ.push(f.id.as_str());
+        }
+    }
+    for f in &files[..files.len() - 1] {
+        let r = &on_host[&f.id];
+        assert_eq!(r.status, Status::Completed, "{}: {:?}", f.id, r.error);
+    }
+    let code = |r: &OptimizeResponse| r.error.as_ref().map(|e| e.code);
+    assert_eq!(
+        code(&on_host[&refused.id]),
+        Some(ErrorCode::UnsupportedMedia)
+    );
+    assert!(
+        differ.is_empty(),
+        "{} of {n} inputs answered otherwise by the image: {differ:?}",
+        differ.len()
+    );
+}
+
+/// The image holds Debian's current packages and says which state of the archive they are
+/// from: its label `media-worker.debian-snapshot` is the archive's latest publication as apt
+/// reads it now (scripts/image.sh --archive, as `make image` reads it), every Debian package
+/// whose files it holds is at the version apt installs now (bookworm, -updates and -security,
+/// in a container of the base), and its ffmpeg is built from Debian's current source. (Debian
+/// publishing between `make image` and this test fails it, rightly: the image is behind.)
+#[test]
+fn the_image_holds_debians_current_packages_and_says_which() {
+    let now = Command::new(manifest_path("scripts/image.sh"))
+        .arg("--archive")
+        .output()
+        .unwrap();
+    assert!(now.status.success(), "{now:?}");
+    let now = String::from_utf8(now.stdout).unwrap();
+    let (snapshot, ffmpeg) = now.trim().split_once(' ').expect("SNAPSHOT FFMPEG_VERSION");
+
+    // The image's packages, from their stanzas (scripts/image-root.sh).
+    let dir = tempfile::tempdir().unwrap();
+    let status = image_file(SHIPPED, "/var/lib/dpkg/status.d", dir.path());
+    let mut held = BTreeMap::new();
+    for entry in std::fs::read_dir(status).unwrap() {
+        let stanza = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let field = |k: &str| {
+            stanza
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .unwrap()
+                .trim()
+                .to_owned()
+        };
+        held.insert(field("Package:"), field("Version:"));
+    }
+    assert!(held.len() > 20 && held.contains_key("libc6"), "{held:?}");
+    let names: Vec<&str> = held
+        .keys()
+        .map(String::as_str)
+        .filter(|p| *p != "ffmpeg")
+        .collect();
+    let policy = docker_ok(&[
+        "run",
+        "--rm",
+        "--network=host",
+        "debian:12-slim",
+        "bash",
+        "-c",
+        &format!(
+            "apt-get update -qq >/dev/null && apt-cache policy {}",
+            names.join(" ")
+        ),
+    ]);
+    let mut candidate = BTreeMap::new();
+    let mut package = "";
+    for line in policy.lines() {
+        if let Some(p) = line.strip_suffix(':').filter(|_| !line.starts_with(' ')) {
+            package = p;
+        } else if let Some(v) = line.trim().strip_prefix("Candidate: ") {
+            candidate.insert(package.to_owned(), v.to_owned());
+        }
+    }
+    candidate.insert("ffmpeg".to_owned(), ffmpeg.to_owned());
+    let behind: Vec<String> = held
+        .iter()
+        .filter(|(p, v)| candidate.get(*p) != Some(v))
+        .map(|(p, v)| format!("{p} {v} (now {:?})", candidate.get(p)))
+        .collect();
+    let label = image_label(SHIPPED, "media-worker.debian-snapshot");
+    println!(
+        "container: {} Debian packages in {SHIPPED}, labelled {label:?}; the archive now {snapshot}",
+        held.len()
+    );
+    assert!(
+        behind.is_empty() && label == snapshot,
+        "the image is labelled {label:?}, the archive is at {snapshot}; behind it: {behind:?}"
+    );
 }
 
 /// Regular files of `image` (path → size), from `docker export` of a container created from it.

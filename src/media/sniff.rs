@@ -57,6 +57,9 @@ pub enum Container {
 }
 
 impl Container {
+    /// Every container, one per line of config/ffmpeg-components (`video::components`).
+    pub const ALL: [Container; 4] = [Self::IsoBmff, Self::Matroska, Self::Avi, Self::Gif];
+
     pub fn demuxer(self) -> &'static str {
         match self {
             Self::IsoBmff => "mov",

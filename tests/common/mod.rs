@@ -17,6 +17,7 @@ pub mod clamd;
 pub mod cluster;
 pub mod container;
 pub mod http;
+pub mod inputs;
 pub mod lines;
 pub mod sandbox;
 pub mod stack;

@@ -1,5 +1,5 @@
-//! Stage 3 for video: what `ffprobe -print_format json` says, and the limits checked before
-//! anything is transcoded.
+//! Stage 3 for video: what `ffprobe -print_format json` says, whether the container may carry
+//! its streams (`components`), and the limits checked before anything is transcoded.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -10,6 +10,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::child::{self, ChildError};
+use super::components;
 use crate::media::error::MediaError;
 use crate::media::settings::{Limits, VideoSettings};
 use crate::media::sniff::Container;
@@ -85,6 +86,9 @@ pub fn run(
         demuxer: container.demuxer(),
         ..parse(&v)?
     };
+    // What the container may carry (config/ffmpeg-components): the image's ffmpeg decodes
+    // nothing else, and no host takes more than the image.
+    components::check(container, &probe.video_codec, probe.audio_codec.as_deref())?;
     if probe.duration.is_none() {
         // Neither the stream nor the container says (a WebM written to a pipe, as browsers'
         // MediaRecorder writes them): the video's own timestamps do, read without decoding.

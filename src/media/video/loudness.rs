@@ -11,6 +11,7 @@
 //! gain would have kept and took twice as long as the encode: 16.5 s against 7.6 s for
 //! 10 minutes, the critical path of a long video's first playable.
 
+use std::ffi::OsString;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -55,19 +56,7 @@ pub fn measure(
     cancel: &CancellationToken,
 ) -> Result<Option<Measured>, MediaError> {
     let mut cmd = Command::new(&settings.ffmpeg);
-    // ebur128 prints its summary at the info level, and each 100 ms at the level `framelog`
-    // says (info by default without video: 144 000 lines for 4 hours), here verbose: not
-    // printed.
-    cmd.args(["-hide_banner", "-nostdin", "-nostats", "-v", "info"])
-        .args(ffprobe::input_args(probe.demuxer, input))
-        .args(["-map", "0:a:0", "-vn", "-sn", "-dn"])
-        .args([
-            "-af",
-            "ebur128=peak=true:framelog=verbose",
-            "-f",
-            "null",
-            "-",
-        ])
+    cmd.args(measure_args(probe, input))
         .current_dir(log.parent().unwrap_or(Path::new(".")));
     child::run(cmd, log, limit, cancel, &mut |_| {}).map_err(|e| match e {
         ChildError::TimedOut(d) => MediaError::Timeout(d),
@@ -77,6 +66,32 @@ pub fn measure(
         other => MediaError::Transform(other.to_string()),
     })?;
     parse(&std::fs::read_to_string(log)?)
+}
+
+/// ffmpeg's arguments of the measurement. ebur128 prints its summary at the info level, and
+/// each 100 ms at the level `framelog` says (info by default without video: 144 000 lines for
+/// 4 hours), here verbose: not printed.
+pub fn measure_args(probe: &VideoProbe, input: &Path) -> Vec<OsString> {
+    let mut a: Vec<OsString> = ["-hide_banner", "-nostdin", "-nostats", "-v", "info"]
+        .map(OsString::from)
+        .into();
+    a.extend(ffprobe::input_args(probe.demuxer, input));
+    a.extend(
+        [
+            "-map",
+            "0:a:0",
+            "-vn",
+            "-sn",
+            "-dn",
+            "-af",
+            "ebur128=peak=true:framelog=verbose",
+            "-f",
+            "null",
+            "-",
+        ]
+        .map(OsString::from),
+    );
+    a
 }
 
 /// The last summary of the log: `ebur128`'s.

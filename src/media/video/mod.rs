@@ -7,6 +7,7 @@
 
 pub mod audio;
 mod child;
+pub mod components;
 mod encode;
 pub mod ffprobe;
 pub mod loudness;
@@ -17,6 +18,8 @@ pub mod storyboard;
 pub mod stream;
 pub mod transcode;
 pub mod units;
+#[cfg(test)]
+mod uses;
 
 use std::path::Path;
 use std::time::Duration;
