@@ -381,3 +381,138 @@ fn videos_over_the_limits_are_rejected_before_transcoding() {
         );
     }
 }
+
+/// A 2-second 320x240 test pattern at 25 fps with a tone, made by the host's ffmpeg into
+/// `name` with `args` (codecs and muxer).
+fn made_with_ffmpeg(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
+    let out = dir.join(name);
+    let made = Command::new("ffmpeg")
+        .args(["-v", "error", "-y", "-f", "lavfi", "-i"])
+        .arg("testsrc2=size=320x240:rate=25:duration=2")
+        .args([
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=440:sample_rate=48000:duration=2",
+        ])
+        .args(args)
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(made.success(), "ffmpeg could not make {name}");
+    out
+}
+
+/// The start times of a file's first video and audio streams, as ffprobe reads them.
+fn starts(path: &Path) -> Option<(f64, f64)> {
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-print_format", "json", "-show_streams"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let start = |kind: &str| {
+        v["streams"]
+            .as_array()?
+            .iter()
+            .find(|s| s["codec_type"] == kind)?["start_time"]
+            .as_str()?
+            .parse::<f64>()
+            .ok()
+    };
+    Some((start("video")?, start("audio")?))
+}
+
+/// What people upload besides MP4, WebM and AVI, one file per container and codec family:
+/// camcorders' and screen recorders' MPEG-TS (188-byte and `.m2ts` 192-byte packets), DVD's
+/// MPEG-2 program stream, Flash Video, Windows Media, MXF, Ogg Theora. Each is transcoded,
+/// every frame kept (the renditions' frames counted by ffprobe, which decodes them).
+#[test]
+fn uploads_in_every_stream_container_are_transcoded() {
+    let dir = tempfile::tempdir().unwrap();
+    let h264_aac = ["-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac"];
+    let cases: [(&str, Vec<&str>, &str, &str); 7] = [
+        (
+            "camera.ts",
+            [&h264_aac[..], &["-f", "mpegts"]].concat(),
+            "h264",
+            "aac",
+        ),
+        (
+            "camcorder.m2ts",
+            [&h264_aac[..], &["-f", "mpegts", "-mpegts_m2ts_mode", "1"]].concat(),
+            "h264",
+            "aac",
+        ),
+        (
+            "dvd.vob",
+            vec!["-c:v", "mpeg2video", "-c:a", "mp2", "-f", "vob"],
+            "mpeg2video",
+            "mp2",
+        ),
+        (
+            "flash.flv",
+            [&h264_aac[..], &["-f", "flv"]].concat(),
+            "h264",
+            "aac",
+        ),
+        (
+            "windows.wmv",
+            vec!["-c:v", "wmv2", "-c:a", "wmav2", "-f", "asf"],
+            "wmv2",
+            "wmav2",
+        ),
+        (
+            "broadcast.mxf",
+            vec!["-c:v", "mpeg2video", "-c:a", "pcm_s16le", "-f", "mxf"],
+            "mpeg2video",
+            "pcm_s16le",
+        ),
+        (
+            "open.ogv",
+            vec!["-c:v", "libtheora", "-c:a", "libvorbis", "-f", "ogg"],
+            "theora",
+            "vorbis",
+        ),
+    ];
+    for (name, args, video, audio) in cases {
+        let input = made_with_ffmpeg(dir.path(), name, &args);
+        let out = tempfile::tempdir().unwrap();
+        let (o, a) = ok(&input, out.path());
+        assert_eq!(
+            (
+                a.video_codec.as_str(),
+                a.audio_codec.as_deref(),
+                a.width,
+                a.height
+            ),
+            (video, Some(audio), 320, 240),
+            "{name}"
+        );
+        let r = renditions(&o);
+        assert!(!r.is_empty(), "{name}: no rendition");
+        for (rendition, path, _, _) in &r {
+            let s = assert_plain_h264(path);
+            assert_eq!(s["audio_streams"], 1, "{name} {rendition}");
+            let frames = Command::new("ffprobe")
+                .args(["-v", "error", "-count_frames", "-select_streams", "v:0"])
+                .args(["-show_entries", "stream=nb_read_frames", "-of", "csv=p=0"])
+                .arg(path)
+                .output()
+                .unwrap();
+            let frames: i64 = String::from_utf8_lossy(&frames.stdout)
+                .trim()
+                .parse()
+                .unwrap();
+            // Every frame, and one more per frame time by which the muxer started the audio
+            // before the video (21 ms in MPEG-TS and FLV, 43 in ASF): the constant-rate
+            // rendition shows the first frame from the audio's start, in sync.
+            let lead = starts(&input).map_or(0.0, |(v, a)| (v - a).max(0.0));
+            let expected = 50 + (lead * 25.0).round() as i64;
+            assert_eq!(
+                frames, expected,
+                "{name} {rendition}: frames (audio leads by {lead} s)"
+            );
+        }
+    }
+}

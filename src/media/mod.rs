@@ -55,7 +55,7 @@ pub fn process(
     if let part::Part::Stitch(stitch) = &job.part {
         // Made of the units' pieces: there is no source to read.
         ctl.emit(Event::Detected(MediaType::Video));
-        return video::units::stitch_part(job, stitch, out_dir, ctl);
+        return video::stitch::stitch_part(job, stitch, out_dir, ctl);
     }
     ctl.emit(Event::Stage(Stage::Probe));
     if job.part == part::Part::Index {

@@ -51,6 +51,19 @@ pub enum Container {
     /// Matroska and WebM.
     Matroska,
     Avi,
+    /// MPEG transport stream: broadcast, camcorders' `.mts`/`.m2ts` (192-byte packets), screen
+    /// recorders' `.ts`.
+    MpegTs,
+    /// MPEG program stream: `.mpg`, DVD's `.vob`.
+    MpegPs,
+    /// Flash Video.
+    Flv,
+    /// ASF: Windows Media's `.wmv`/`.asf`.
+    Asf,
+    /// MXF: broadcast and professional cameras.
+    Mxf,
+    /// Ogg (Theora video).
+    Ogg,
     /// An animated GIF: sniffed as an image, and only made into MP4 on request
     /// (`Profile::animation_mp4`).
     Gif,
@@ -65,6 +78,12 @@ impl Container {
             Self::IsoBmff => "mov",
             Self::Matroska => "matroska",
             Self::Avi => "avi",
+            Self::MpegTs => "mpegts",
+            Self::MpegPs => "mpeg",
+            Self::Flv => "flv",
+            Self::Asf => "asf",
+            Self::Mxf => "mxf",
+            Self::Ogg => "ogg",
             Self::Gif => "gif",
         }
     }
@@ -81,8 +100,11 @@ pub enum Sniffed {
     Unknown,
 }
 
+/// The bytes [`sniff`] looks at: enough for three MPEG-TS packets of 192 bytes.
+const HEAD: usize = 600;
+
 pub fn sniff_file(path: &Path) -> std::io::Result<Sniffed> {
-    let mut head = [0u8; 256];
+    let mut head = [0u8; HEAD];
     let mut f = std::fs::File::open(path)?;
     let mut n = 0;
     while n < head.len() {
@@ -121,6 +143,9 @@ pub fn sniff(b: &[u8]) -> Sniffed {
     if b.starts_with(&[0x1A, 0x45, 0xDF, 0xA3]) {
         return Sniffed::Video(Container::Matroska);
     }
+    if let Some(container) = sniff_stream(b) {
+        return Sniffed::Video(container);
+    }
     if b.len() >= 12 && &b[4..8] == b"ftyp" {
         return sniff_ftyp(b);
     }
@@ -134,6 +159,35 @@ pub fn sniff(b: &[u8]) -> Sniffed {
         return Sniffed::Svg;
     }
     Sniffed::Unknown
+}
+
+/// The containers known by a signature at the start (or, for MPEG-TS, by the sync byte of
+/// three packets in a row: 188 bytes apart, or 192 with the 4-byte timestamp of `.m2ts`).
+fn sniff_stream(b: &[u8]) -> Option<Container> {
+    const ASF: [u8; 16] = [
+        0x30, 0x26, 0xB2, 0x75, 0x8E, 0x66, 0xCF, 0x11, 0xA6, 0xD9, 0x00, 0xAA, 0x00, 0x62, 0xCE,
+        0x6C,
+    ];
+    // SMPTE 377M's header partition pack: the key's first 13 bytes (then its kind and status).
+    const MXF: [u8; 13] = [
+        0x06, 0x0E, 0x2B, 0x34, 0x02, 0x05, 0x01, 0x01, 0x0D, 0x01, 0x02, 0x01, 0x01,
+    ];
+    let synced = |first: usize, size: usize| (0..3).all(|i| b.get(first + i * size) == Some(&0x47));
+    if synced(0, 188) || synced(4, 192) {
+        Some(Container::MpegTs)
+    } else if b.starts_with(&[0x00, 0x00, 0x01, 0xBA]) {
+        Some(Container::MpegPs)
+    } else if b.starts_with(b"FLV\x01") {
+        Some(Container::Flv)
+    } else if b.starts_with(&ASF) {
+        Some(Container::Asf)
+    } else if b.starts_with(&MXF) {
+        Some(Container::Mxf)
+    } else if b.starts_with(b"OggS") {
+        Some(Container::Ogg)
+    } else {
+        None
+    }
 }
 
 /// ISO base media: the major brand and the compatible brands tell HEIF/AVIF from video.
@@ -188,6 +242,47 @@ mod tests {
         ];
         for (name, want) in cases {
             assert_eq!(sniff_file(&corpus(name)).unwrap(), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn stream_containers_by_their_signatures() {
+        let mut ts = vec![0u8; 600];
+        let mut m2ts = ts.clone();
+        for i in 0..3 {
+            ts[i * 188] = 0x47;
+            m2ts[4 + i * 192] = 0x47;
+        }
+        let mut one_packet = vec![0u8; 600];
+        one_packet[0] = 0x47;
+        let cases: [(&[u8], Sniffed); 8] = [
+            (&ts, Sniffed::Video(Container::MpegTs)),
+            (&m2ts, Sniffed::Video(Container::MpegTs)),
+            (
+                &[0, 0, 1, 0xBA, 0x44, 0, 4],
+                Sniffed::Video(Container::MpegPs),
+            ),
+            (b"FLV\x01\x05\0\0\0\x09", Sniffed::Video(Container::Flv)),
+            (
+                &[
+                    0x30, 0x26, 0xB2, 0x75, 0x8E, 0x66, 0xCF, 0x11, 0xA6, 0xD9, 0x00, 0xAA, 0x00,
+                    0x62, 0xCE, 0x6C, 0,
+                ],
+                Sniffed::Video(Container::Asf),
+            ),
+            (
+                &[
+                    0x06, 0x0E, 0x2B, 0x34, 0x02, 0x05, 0x01, 0x01, 0x0D, 0x01, 0x02, 0x01, 0x01,
+                    0x02, 0x04, 0x00,
+                ],
+                Sniffed::Video(Container::Mxf),
+            ),
+            (b"OggS\0\x02", Sniffed::Video(Container::Ogg)),
+            // One sync byte is not a transport stream.
+            (&one_packet, Sniffed::Unknown),
+        ];
+        for (bytes, want) in cases {
+            assert_eq!(sniff(bytes), want, "{:02x?}", &bytes[..8.min(bytes.len())]);
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod loudness;
 pub mod plan;
 pub mod poster;
 pub mod reads;
+pub mod stitch;
 pub mod storyboard;
 pub mod stream;
 pub mod transcode;
