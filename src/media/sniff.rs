@@ -71,7 +71,18 @@ pub enum Container {
 
 impl Container {
     /// Every container, one per line of config/ffmpeg-components (`video::components`).
-    pub const ALL: [Container; 4] = [Self::IsoBmff, Self::Matroska, Self::Avi, Self::Gif];
+    pub const ALL: [Container; 10] = [
+        Self::IsoBmff,
+        Self::Matroska,
+        Self::Avi,
+        Self::Gif,
+        Self::MpegTs,
+        Self::MpegPs,
+        Self::Flv,
+        Self::Asf,
+        Self::Mxf,
+        Self::Ogg,
+    ];
 
     pub fn demuxer(self) -> &'static str {
         match self {

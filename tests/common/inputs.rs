@@ -61,7 +61,11 @@ fn video(codec: &str) -> (&'static [&'static str], &'static str) {
             ],
             small,
         ),
-        "mpeg1video" | "mpeg2video" | "mpeg4" | "h263" | "msmpeg4v2" | "ffv1" => (&[], small),
+        "mpeg1video" | "mpeg2video" | "mpeg4" | "h263" | "msmpeg4v2" | "ffv1" | "wmv1" | "wmv2" => {
+            (&[], small)
+        }
+        "flv1" => (&["-c:v", "flv"], small),
+        "theora" => (&["-c:v", "libtheora"], small),
         "msmpeg4v3" => (&["-c:v", "msmpeg4"], small),
         "mjpeg" => (&["-c:v", "mjpeg", "-pix_fmt", "yuvj420p"], small),
         "dvvideo" => (&["-c:v", "dvvideo", "-pix_fmt", "yuv420p"], "720x576"),
@@ -165,6 +169,12 @@ fn try_make(
         "matroska" => ("matroska", "mkv"),
         "avi" => ("avi", "avi"),
         "gif" => ("gif", "gif"),
+        "mpegts" => ("mpegts", "ts"),
+        "mpeg" => ("vob", "vob"),
+        "flv" => ("flv", "flv"),
+        "asf" => ("asf", "wmv"),
+        "mxf" => ("mxf", "mxf"),
+        "ogg" => ("ogg", "ogv"),
         other => panic!("no way to make a {other} file here (tests/common/inputs.rs)"),
     };
     let path = dir.join(format!("{id}.{ext}"));
@@ -244,7 +254,7 @@ fn try_make(
 
 /// Files holding every codec each container of the list accepts, in `dir`: a listed video
 /// codec with a listed audio codec where the host's muxer takes both, else the video alone
-/// and the audio with H.264. Each file is read back by the host's ffprobe as the codecs it was
+/// and the audio with the container's first video codec. Each file is read back by the host's ffprobe as the codecs it was
 /// made with.
 pub fn accepted(dir: &Path) -> Vec<Input> {
     let host = host_decodes();
@@ -272,12 +282,12 @@ pub fn accepted(dir: &Path) -> Vec<Input> {
                 Ok(both) => inputs.push(both),
                 Err(_) => {
                     inputs.push(make(dir, demuxer, v, None));
-                    inputs.push(make(dir, demuxer, "h264", Some(x)));
+                    inputs.push(make(dir, demuxer, videos[0], Some(x)));
                 }
             }
         }
         for x in a {
-            inputs.push(make(dir, demuxer, "h264", Some(x)));
+            inputs.push(make(dir, demuxer, videos[0], Some(x)));
         }
     }
     inputs
