@@ -83,7 +83,7 @@ impl Intake {
             tokio::spawn(watch_unit_topic(
                 sender.clone(),
                 topic.to_owned(),
-                health.clone(),
+                svc.clone(),
                 shutdown.finished(),
             ));
             runner = runner.with_dispatch(Arc::new(UnitTasks(sender)));
@@ -107,14 +107,18 @@ fn bound(settings: &Settings) -> Bound {
 
 /// Asks the broker whether the unit topic exists, at once and every [`UNIT_TOPIC_CHECK`]:
 /// said at startup and whenever it changes, and in `/health/ready` (`unit_topic`). While it is
-/// missing, long videos are encoded by the worker that takes them.
+/// missing, long videos are encoded by the worker that takes them. A worker that holds no
+/// partition of it at two checks in a row (`media_worker_kafka_unit_partitions` 0) says so
+/// once: the topic has fewer partitions than its group has members, and this worker encodes
+/// no unit of any long video.
 async fn watch_unit_topic(
     sender: Arc<TaskSender>,
     topic: String,
-    health: Arc<crate::health::Health>,
+    svc: Services,
     stop: tokio_util::sync::CancellationToken,
 ) {
     let mut known = None;
+    let (mut idle_before, mut idle_said) = (false, false);
     let mut every = tokio::time::interval(UNIT_TOPIC_CHECK);
     loop {
         tokio::select! {
@@ -125,7 +129,7 @@ async fn watch_unit_topic(
         let Ok(Some(exists)) = tokio::task::spawn_blocking(move || s.check()).await else {
             continue;
         };
-        health.set_unit_topic(exists);
+        svc.health.set_unit_topic(exists);
         if known != Some(exists) {
             if exists {
                 tracing::info!(topic, "unit topic found: long videos spread over the fleet");
@@ -139,6 +143,19 @@ async fn watch_unit_topic(
             }
             known = Some(exists);
         }
+        let idle = exists && svc.metrics.unit_partitions.get() == 0;
+        if idle && idle_before && !idle_said {
+            tracing::warn!(
+                topic,
+                group = svc.settings.kafka.unit_group(),
+                "this worker holds no partition of the unit topic: it has fewer partitions \
+                than its group has members, so this worker encodes no unit of a long video \
+                (give it at least as many partitions as workers: docs/operations.md, \
+                \"Long videos\")"
+            );
+        }
+        idle_said = idle && (idle_said || idle_before);
+        idle_before = idle;
     }
 }
 
