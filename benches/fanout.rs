@@ -1,7 +1,7 @@
 //! A long video through Kafka and S3 on one and on two one-core workers (issue 55): what the
 //! fan-out over the unit topic buys, as users run it.
 //!
-//!   cargo bench --bench fanout [-- --minutes 4 --height 720 --workers 1,2
+//!   cargo bench --bench fanout [-- --minutes 4 --height 720 --workers 1,2 --videos 1
 //!                                 --protocols consumer,classic --until-playable
 //!                                 --clip-dir DIR --logs DIR]
 //!
@@ -11,15 +11,17 @@
 //! a pool of one, each started under `taskset -c i` (a one-core pod: it and its ffmpeg run on
 //! core `i`, and it sizes itself for one core). The video is a `--minutes` camera-like clip
 //! (`tests/common/synthetic.rs`, `--height` lines, 16:9), made once, under the `streaming`
-//! profile (past its `units_after_secs`: units of 8 s).
+//! profile (past its `units_after_secs`: units of 8 s). `--videos N` sends N requests for it
+//! at once (each its own source object, so its own plan): several long videos sharing the
+//! fleet, where each plan's placement over the partitions decides who waits for whom.
 //!
-//! - **wall**: from just before the request is produced to its response read from the response
-//!   topic (completed);
+//! - **wall**: from just before the requests are produced to the last response read from the
+//!   response topic (every one completed);
 //! - **CPU**: user + system time of the workers and everything they started, from the bench's
 //!   `RUSAGE_CHILDREN` once every worker has stopped (SIGTERM, drained);
 //! - **first playable**: the Kafka timestamp of the first progress event that names the early
 //!   master playlist (written once the lowest rung's first segment and the audio are in S3),
-//!   from the request's production;
+//!   from the request's production, per video;
 //! - **units**: landed per worker (their logs).
 //!
 //! `--until-playable` stops each run at the first playable event (for a long `--minutes`,
@@ -47,7 +49,8 @@ struct Run {
     workers: usize,
     wall: Option<f64>,
     cpu: Option<f64>,
-    first_playable: f64,
+    /// Per video, in the order sent.
+    first_playable: Vec<f64>,
     units: Vec<usize>,
     /// The unit partitions each worker was assigned (its log).
     held: Vec<Vec<i64>>,
@@ -64,6 +67,7 @@ fn main() {
         .split(',')
         .map(str::to_owned)
         .collect();
+    let videos: usize = arg("--videos", "1").parse().unwrap();
     let until_playable = std::env::args().any(|a| a == "--until-playable");
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert!(
@@ -99,26 +103,36 @@ fn main() {
         for &n in &counts {
             let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
             eprintln!("{protocol}, {n} worker(s); load before: {}", load.trim());
-            let run = rt.block_on(run(protocol, n, &clip, until_playable, logs.as_deref()));
+            let fleet = Fleet {
+                protocol,
+                workers: n,
+                videos,
+                until_playable,
+                logs: logs.as_deref(),
+            };
+            let run = rt.block_on(run(&fleet, &clip));
             report(&run);
             runs.push(run);
         }
     }
     println!(
-        "fanout: {secs} s {width}x{height} clip, streaming profile, request and unit topics of \
-         {PARTITIONS} partitions, one core per worker"
+        "fanout: {videos} x {secs} s {width}x{height} clip at once, streaming profile, request \
+         and unit topics of {PARTITIONS} partitions, one core per worker"
     );
-    println!("| protocol | workers | wall s | CPU s | first playable s | units per worker |");
-    println!("| --- | ---: | ---: | ---: | ---: | --- |");
+    println!(
+        "| protocol | workers | wall s | CPU s | first playable s (each video) | units per worker |"
+    );
+    println!("| --- | ---: | ---: | ---: | --- | --- |");
     for r in &runs {
         let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
+        let playable: Vec<String> = r.first_playable.iter().map(|s| format!("{s:.1}")).collect();
         println!(
-            "| {} | {} | {} | {} | {:.1} | {:?} |",
+            "| {} | {} | {} | {} | {} | {:?} |",
             r.protocol,
             r.workers,
             f(r.wall),
             f(r.cpu),
-            r.first_playable,
+            playable.join(" / "),
             r.units
         );
     }
@@ -139,7 +153,7 @@ fn main() {
 
 fn report(r: &Run) {
     eprintln!(
-        "  wall {:?} s, CPU {:?} s, first playable {:.1} s, units {:?}, unit partitions {:?}",
+        "  wall {:?} s, CPU {:?} s, first playable {:.1?} s, units {:?}, unit partitions {:?}",
         r.wall, r.cpu, r.first_playable, r.units, r.held
     );
 }
@@ -160,20 +174,29 @@ fn millis_now() -> i64 {
         .as_millis() as i64
 }
 
-async fn run(
-    protocol: &str,
+/// One run's fleet and what it is sent.
+struct Fleet<'a> {
+    protocol: &'a str,
     workers: usize,
-    clip: &Path,
+    videos: usize,
     until_playable: bool,
-    logs: Option<&Path>,
-) -> Run {
+    logs: Option<&'a Path>,
+}
+
+async fn run(spec: &Fleet<'_>, clip: &Path) -> Run {
+    let Fleet {
+        protocol, workers, ..
+    } = *spec;
     let mut stack = common::Stack::on(common::Broker::cluster(1), PARTITIONS).await;
     stack.group_protocol = protocol.to_owned();
     let unit_topic = stack.own("media.optimize.units");
     stack.broker.create_topic(&unit_topic, PARTITIONS);
     let progress_topic = stack.own("media.optimize.progress");
     stack.broker.create_topic(&progress_topic, 1);
-    stack.upload_file("long.mp4", clip).await;
+    let media: Vec<String> = (0..spec.videos).map(|v| format!("long-{v}")).collect();
+    for m in &media {
+        stack.upload_file(&format!("{m}.mp4"), clip).await;
+    }
     let mut env: HashMap<String, String> = stack.worker_env("fanout");
     env.insert("KAFKA_UNIT_TOPIC".into(), unit_topic);
     env.insert("KAFKA_PROGRESS_TOPIC".into(), progress_topic.clone());
@@ -200,29 +223,42 @@ async fn run(
     })
     .await;
     let responses = stack.responses();
-    let mut req = common::request("long", "long.mp4");
-    req.profile = Some("streaming".into());
     let sent_ms = millis_now();
     let sent = Instant::now();
-    stack.send(&req).await;
+    for m in &media {
+        let mut req = common::request(m, &format!("{m}.mp4"));
+        req.profile = Some("streaming".into());
+        stack.send(&req).await;
+    }
+    // Each video's first event naming its early master, from the requests' production.
     let playable = |stack: &common::Stack| {
-        stack
-            .records(&progress_topic)
-            .into_iter()
-            .find(|(key, e, _)| key == "long" && !e["playable"].is_null())
-            .map(|(_, _, at)| (at - sent_ms) as f64 / 1000.0)
+        let events = stack.records(&progress_topic);
+        media
+            .iter()
+            .map(|m| {
+                events
+                    .iter()
+                    .find(|(key, e, _)| key == m && !e["playable"].is_null())
+                    .map(|(_, _, at)| (at - sent_ms) as f64 / 1000.0)
+            })
+            .collect::<Option<Vec<f64>>>()
     };
-    let (wall, first_playable) = if until_playable {
+    let (wall, first_playable) = if spec.until_playable {
         let first =
             common::wait_until("first playable", 10 * common::MINUTE, || playable(&stack)).await;
         (None, first)
     } else {
-        let r = tokio::task::block_in_place(|| responses.next(Duration::from_secs(3600)))
-            .expect("a response within an hour");
+        let mut answered = Vec::new();
+        while answered.len() < media.len() {
+            let r = tokio::task::block_in_place(|| responses.next(Duration::from_secs(3600)))
+                .expect("a response within an hour");
+            assert!(media.contains(&r.key), "{}", r.key);
+            assert_eq!(r.body.status, Status::Completed, "{:?}", r.body.error);
+            assert!(!answered.contains(&r.key), "{} answered twice", r.key);
+            answered.push(r.key);
+        }
         let wall = sent.elapsed().as_secs_f64();
-        assert_eq!(r.key, "long");
-        assert_eq!(r.body.status, Status::Completed, "{:?}", r.body.error);
-        (Some(wall), playable(&stack).expect("a playable event"))
+        (Some(wall), playable(&stack).expect("a playable event each"))
     };
     let units = fleet
         .iter()
@@ -240,7 +276,7 @@ async fn run(
                 .collect()
         })
         .collect();
-    if let Some(dir) = logs {
+    if let Some(dir) = spec.logs {
         std::fs::create_dir_all(dir).unwrap();
         for (i, w) in fleet.iter().enumerate() {
             let at = dir.join(format!("{protocol}-{workers}w-{i}.log"));

@@ -1610,20 +1610,21 @@ fn units_landed(workers: &[common::Worker]) -> Vec<usize> {
         .collect()
 }
 
-/// Every worker of a fleet encodes units of one video, whatever the group protocol and its
-/// assignor: request and unit topics of 4 partitions each; two workers (pool of one), a 64 s
-/// video (8 units and the audio); then a third worker, once it holds a unit partition, and a
-/// second video. Each video is answered once, completed, and each worker's log counts units
-/// of each. With one group over both topics, KIP-848's `uniform` assignor gave one of two
-/// members the four request partitions and the other the four unit partitions: one encoded
-/// every unit.
+/// Every worker of a fleet encodes its even share of one video's units, whatever the group
+/// protocol and its assignor: a request topic of 4 partitions and a unit topic of 6 (an even
+/// share for two members and for three); two workers (pool of one), a 96 s video (12 units
+/// and the audio); then a third worker, once it holds a unit partition, and a second video.
+/// Each video is answered once, completed, and each worker's log counts units of each: within
+/// one of the even share. With one group over both topics, KIP-848's `uniform` assignor gave
+/// one of two members the four request partitions and the other the four unit partitions:
+/// one encoded every unit.
 async fn units_spread_over_every_worker(protocol: &str) {
     let mut stack = common::Stack::start(4).await;
     stack.group_protocol = protocol.to_owned();
     let unit_topic = stack.own("media.optimize.units");
-    stack.broker.create_topic(&unit_topic, 4);
+    stack.broker.create_topic(&unit_topic, 6);
     let dir = tempfile::tempdir().unwrap();
-    let source = common::synthetic::camera_like_video(dir.path(), 64, 640, 360);
+    let source = common::synthetic::camera_like_video(dir.path(), 96, 640, 360);
     stack.upload_file("long.mp4", &source).await;
     let mut env = stack.worker_env("spread");
     env.insert("KAFKA_UNIT_TOPIC".into(), unit_topic);
@@ -1648,9 +1649,10 @@ async fn units_spread_over_every_worker(protocol: &str) {
         if round == 1 {
             workers.push(start(2));
             workers[2].ready().await;
-            // Its share taken from the others (their revoke drained) before the tasks exist.
+            // Its share (two of six) taken from the others (their revoke drained) before the
+            // tasks exist.
             let deadline = std::time::Instant::now() + Duration::from_secs(120);
-            while holds_unit_partitions(&workers[2]) == 0 {
+            while holds_unit_partitions(&workers[2]) < 2 {
                 assert!(std::time::Instant::now() < deadline, "no unit partition");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -1663,10 +1665,12 @@ async fn units_spread_over_every_worker(protocol: &str) {
         assert_eq!(r.key, media);
         let now = units_landed(&workers);
         let of_this: Vec<usize> = now.iter().zip(&before).map(|(n, b)| n - b).collect();
-        assert_eq!(of_this.iter().sum::<usize>(), 8, "{media}: {of_this:?}");
+        assert_eq!(of_this.iter().sum::<usize>(), 12, "{media}: {of_this:?}");
+        let even = 12.0 / workers.len() as f64;
         assert!(
-            of_this.iter().all(|&n| n > 0),
-            "{protocol}, {} workers: units of the {media} video by worker {of_this:?}",
+            of_this.iter().all(|&n| (n as f64 - even).abs() <= 1.0),
+            "{protocol}, {} workers: units of the {media} video by worker {of_this:?}, \
+             {even:.1} each is even",
             workers.len()
         );
         before = now;

@@ -11,8 +11,11 @@
 //!   before the audio's record. Before it, the audio's opening (its first seconds, a task of
 //!   its own: `media::part::Opening`) is uploaded there under the same names, then its record:
 //!   the stream plays on it until the whole program's audio lands, whose files replace its
-//!   own (the same segments, cut at the same times; an opening that lands after the whole
-//!   audio uploads nothing).
+//!   own (the same segments, cut at the same times; an opening that finds the whole audio's
+//!   record uploads nothing). The two may upload at once: each writes its record, then looks
+//!   for the other's, so at least one of them sees both and puts the whole audio's files back
+//!   over the opening's range (the audio's worker from its files, the opening's from the
+//!   audio's pieces): the whole program's files are the last written.
 //! - A unit's worker uploads its lowest rung's init and segments there before its record, so
 //!   every segment a playlist names exists before the playlist does.
 //! - After its record, the lander extends the playlist over the units landed in order from the
@@ -22,7 +25,11 @@
 //!   writes the audio's playlist and, last, the master (that rung and the audio): the stream
 //!   is playable from then, and that part's progress event names the master. The audio's
 //!   playlist is an EVENT playlist too: the opening's, without an end; written again over the
-//!   whole program's, with its end, once that lands.
+//!   whole program's, with its end, once that lands. A lander that wrote the opening's looks
+//!   for the whole audio's record after its own `early.json` and, finding it, writes the whole
+//!   program's playlist again: a lander that read the records before the audio's landed
+//!   cannot leave its opening's playlist over the whole one's (the audio's lander, which wrote
+//!   its record before reading the others', writes the whole one after it otherwise).
 //!   Playlists are written `no-cache` (a CDN must not keep a growing one).
 //! - Once every unit has landed nobody extends it (the stitch is on its way); when the video is
 //!   answered, completed, the playlist is written once more over every unit with its end (the
@@ -34,8 +41,11 @@
 //!   a window of a few milliseconds in which the playlist can lose its last unit until the next
 //!   write (the store has no conditional write to close it).
 
+use std::path::Path;
+
 use super::runner::JobRunner;
-use crate::contract::OptimizeRequest;
+use crate::contract::{OptimizeRequest, SourceRef};
+use crate::media::MediaOutput;
 use crate::media::output::{FileFormat, ProducedFile, Track, names};
 use crate::media::video::units::{EarlyAudio, early_stream};
 use crate::stages::manifest::profile_of;
@@ -243,11 +253,40 @@ impl JobRunner {
                 })
             });
         published.audio_whole |= heard.as_ref().is_some_and(|a| a.whole);
+        let opening = heard.as_ref().is_some_and(|a| !a.whole);
         let files = early_stream(&job, &published.track, heard, master, done, tmp.path())
             .map_err(|e| StorageError::Scratch(format!("the early playlist: {e}")))?;
         self.publish_early(plan, &record.request, files.iter().collect())
             .await?;
-        store::write(storage, plan, state, &published, tmp.path()).await?;
+        store::write(storage, plan, state.clone(), &published, tmp.path()).await?;
+        // The whole audio landed since the records were read: its lander may have written its
+        // playlist before this one's (the module doc).
+        if opening
+            && let Some(AudioRecord {
+                track: Some(track), ..
+            }) = store::read::<AudioRecord>(storage, plan, plan.audio_key()).await?
+        {
+            let whole = EarlyAudio {
+                track: &track,
+                whole: true,
+            };
+            let files = early_stream(&job, &published.track, Some(whole), false, done, tmp.path())
+                .map_err(|e| StorageError::Scratch(format!("the early playlist: {e}")))?;
+            let of_audio = files
+                .iter()
+                .filter(|f| f.format == FileFormat::Hls(Some(track.id)))
+                .collect();
+            self.publish_early(plan, &record.request, of_audio).await?;
+            let mut newest = store::read::<Published>(storage, plan, state.clone())
+                .await?
+                .unwrap_or_else(|| published.clone());
+            newest.audio_whole = true;
+            store::write(storage, plan, state, &newest, tmp.path()).await?;
+            tracing::info!(
+                plan = plan.id(),
+                "the whole audio landed meanwhile: its playlist written"
+            );
+        }
         tracing::info!(
             plan = plan.id(),
             units = published.units,
@@ -255,6 +294,78 @@ impl JobRunner {
             "early playlist written"
         );
         Ok(master.then(|| plan.early_key(names::HLS_MASTER)))
+    }
+
+    /// The audio's opening landed into the early stream (its files, then its record), unless
+    /// the whole program's audio landed first; `false`: nothing landed. If the whole audio's
+    /// record is there once the opening's is written, its files may have been uploaded before
+    /// the opening's: put back from its pieces (the module doc).
+    pub(super) async fn land_opening(
+        &self,
+        plan: &PlanRef,
+        req: &OptimizeRequest,
+        media: MediaOutput,
+        key: String,
+        scratch: &Path,
+    ) -> Result<bool, StorageError> {
+        let storage = &*self.services().storage;
+        let Some(track) = media.tracks.into_iter().next() else {
+            return Ok(false);
+        };
+        if self.part_landed(plan, plan.audio_key()).await {
+            return Ok(false);
+        }
+        self.publish_early(plan, req, media.files.iter().collect())
+            .await?;
+        store::write(storage, plan, key, &OpeningRecord { track }, scratch).await?;
+        if !self.part_landed(plan, plan.audio_key()).await {
+            return Ok(true);
+        }
+        let tmp = tempfile::tempdir_in(scratch)?;
+        let mut whole = Vec::with_capacity(media.files.len());
+        for (i, f) in media.files.iter().enumerate() {
+            let path = tmp.path().join(i.to_string());
+            let piece = SourceRef {
+                bucket: plan.bucket.clone(),
+                key: plan.piece_key(&f.name),
+            };
+            match storage.download(&piece, &path, u64::MAX).await {
+                Ok(_) => whole.push(ProducedFile { path, ..f.clone() }),
+                // Not among the whole audio's files: nothing of it to put back.
+                Err(StorageError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.publish_early(plan, req, whole.iter().collect())
+            .await?;
+        tracing::info!(
+            plan = plan.id(),
+            "the whole audio landed meanwhile: its files put back over the opening's"
+        );
+        Ok(true)
+    }
+
+    /// After the whole audio's record: its `files` uploaded again over those of an opening
+    /// that has landed, which may have been uploaded after them (the module doc).
+    pub(super) async fn over_opening(
+        &self,
+        plan: &PlanRef,
+        req: &OptimizeRequest,
+        files: &[ProducedFile],
+    ) -> Result<(), StorageError> {
+        let storage = &*self.services().storage;
+        let Some(opening) = store::read::<OpeningRecord>(storage, plan, plan.opening_key()).await?
+        else {
+            return Ok(());
+        };
+        let id = opening.track.id;
+        let segments = opening.track.segments.len() as u32;
+        let named: Vec<String> = std::iter::once(names::init_segment(id))
+            .chain((0..segments).map(|n| names::segment(id, n)))
+            .map(|n| names::in_stream(&n))
+            .collect();
+        let again = files.iter().filter(|f| named.contains(&f.name)).collect();
+        self.publish_early(plan, req, again).await
     }
 
     /// The video answered: its early stream closed over every unit (`completed`), or its

@@ -6,6 +6,8 @@
 //! ([`role`], `units`; the protocol is `crate::units`).
 
 mod early;
+#[cfg(test)]
+mod early_races;
 pub mod response;
 mod role;
 mod runner;

@@ -23,7 +23,7 @@ use crate::registry::JobHandle;
 use crate::scratch::ScratchDir;
 use crate::stages::{download, manifest};
 use crate::storage::{ObjectMeta, StorageError};
-use crate::units::store::{self, AudioRecord, OpeningRecord, PlanRecord, UnitRecord};
+use crate::units::store::{self, AudioRecord, PlanRecord, UnitRecord};
 use crate::units::{Dispatch, PlanRef, Task};
 
 const PARALLEL_TRANSFERS: usize = 8;
@@ -654,17 +654,10 @@ impl JobRunner {
         let worker = self.services().worker.id.clone();
         let storage = &*self.services().storage;
         if let As::Opening { .. } = role {
-            // Its files into the early stream alone, unless the whole program's audio (whose
-            // files are named alike) landed meanwhile.
-            let track = media.tracks.into_iter().next();
-            if let Some(track) = track
-                && !self.part_landed(plan, plan.audio_key()).await
-            {
-                let files = media.files.iter().collect();
-                self.publish_early(plan, req, files).await.map_err(fail)?;
-                let record = OpeningRecord { track };
-                let write = store::write(storage, plan, key, &record, scratch);
-                write.await.map_err(fail)?;
+            // Its files into the early stream alone, never over the whole program's audio
+            // (whose files are named alike).
+            let landed = self.land_opening(plan, req, media, key, scratch);
+            if landed.await.map_err(fail)? {
                 tracing::info!(plan = plan.id(), %worker, "the audio's opening landed");
             }
             return Ok(part_done());
@@ -705,6 +698,10 @@ impl JobRunner {
                 };
                 let write = store::write(storage, plan, key, &record, scratch);
                 write.await.map_err(fail)?;
+                if early {
+                    let files = &media.files;
+                    self.over_opening(plan, req, files).await.map_err(fail)?;
+                }
                 tracing::info!(plan = plan.id(), %worker, "the video's audio landed");
             }
         }

@@ -48,11 +48,10 @@
 //! balances partitions per member, not per topic, and gave one of two members all four
 //! request partitions and the other all four unit partitions, so one member encoded every unit
 //! of a video (two workers measured 1.00x one). In a group of one topic, every member gets its
-//! share of that topic whatever the assignor and protocol. Units count against the request
-//! lane's bound as well as their own ([`Bound`]); each lane commits, pauses and drains on
-//! revoke by itself.
+//! share of that topic whatever the assignor and protocol. Each lane counts the other's
+//! messages against its bound ([`Bound`], as `flow::Places` says: `MAX_IN_FLIGHT` bounds
+//! both lanes' together); each lane commits, pauses and drains on revoke by itself.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -65,7 +64,7 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{ClientContext, Offset, Statistics, TopicPartitionList};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use super::flow::{Flow, Intake};
+use super::flow::{Flow, Intake, Places};
 use super::offsets::{OffsetToken, OffsetTracker, Tp};
 use super::settings::{GroupProtocol, KafkaSettings};
 use crate::health::Health;
@@ -110,15 +109,64 @@ impl Lane {
     }
 }
 
-/// How many messages a lane may hold unfinished.
+/// How many messages each lane may hold unfinished, each counting the other's too
+/// ([`Places`] decides); shared by a pod's two lanes.
 #[derive(Debug, Clone)]
 pub struct Bound {
-    pub max_in_flight: usize,
-    /// This lane's unfinished messages, kept current for another lane to count.
-    pub count: Arc<AtomicUsize>,
-    /// Another lane's unfinished messages, counted against this bound too (the request lane
-    /// counts the units: they hold permits as requests do).
-    pub beside: Option<Arc<AtomicUsize>>,
+    pub places: Places,
+    /// Both lanes' unfinished messages (by lane), each lane's kept current by it, one message
+    /// at a time as it takes them, for the other to count.
+    counts: Arc<Mutex<[usize; 2]>>,
+}
+
+impl Bound {
+    pub fn new(places: Places) -> Bound {
+        Bound {
+            places,
+            counts: Default::default(),
+        }
+    }
+
+    /// `lane`'s bound.
+    pub fn max(&self, lane: Lane) -> usize {
+        match lane {
+            Lane::Requests => self.places.all,
+            Lane::Units => self.places.units,
+        }
+    }
+
+    /// What counts against `lane`'s bound.
+    fn in_flight(&self, lane: Lane, counts: &[usize; 2]) -> usize {
+        let [requests, units] = *counts;
+        match lane {
+            Lane::Requests => self.places.requests_in_flight(requests, units),
+            Lane::Units => self.places.units_in_flight(units, requests),
+        }
+    }
+
+    /// `lane` holds `own` messages unfinished: what counts against its bound now.
+    pub fn set(&self, lane: Lane, own: usize) -> usize {
+        let mut counts = self.counts.lock().expect("not poisoned");
+        counts[lane.index()] = own;
+        self.in_flight(lane, &counts)
+    }
+
+    /// One more message for `lane`, if its bound has room now: checked and counted at once,
+    /// as the other lane may take one at the same moment. `false`: none may be taken.
+    pub fn take(&self, lane: Lane) -> bool {
+        let mut counts = self.counts.lock().expect("not poisoned");
+        let room = self.in_flight(lane, &counts) < self.max(lane);
+        if room {
+            counts[lane.index()] += 1;
+        }
+        room
+    }
+
+    /// A place [`Bound::take`]n for a message that did not come.
+    pub fn give_back(&self, lane: Lane) {
+        let mut counts = self.counts.lock().expect("not poisoned");
+        counts[lane.index()] = counts[lane.index()].saturating_sub(1);
+    }
 }
 
 /// A message, owned, as the worker sees it.
@@ -538,10 +586,7 @@ impl KafkaSource {
         let cmd_wake = cmd_tx.clone();
         let cfg = LoopConfig {
             lane,
-            bound: Bound {
-                max_in_flight: bound.max_in_flight.max(1),
-                ..bound
-            },
+            bound,
             safety_poll: Duration::from_millis(settings.safety_poll_ms),
             group_protocol: settings.group_protocol,
             commit_interval: Duration::from_millis(settings.commit_interval_ms),
@@ -653,13 +698,7 @@ fn split_queues(consumer: &Consumer, assigned: Vec<Tp>, wake: &Sender<Command>) 
 fn poll_loop(consumer: Consumer, out: Dispatcher, cfg: LoopConfig, wake: Sender<Command>) {
     let ctx = consumer.context().clone();
     let mut queues: Queues = Vec::new();
-    let mut flow = Flow::new(cfg.bound.max_in_flight, cfg.commit_interval, Instant::now());
-    let beside = || {
-        cfg.bound
-            .beside
-            .as_ref()
-            .map_or(0, |b| b.load(Ordering::Relaxed))
-    };
+    let mut flow = Flow::new(cfg.bound.max(cfg.lane), cfg.commit_interval, Instant::now());
     let mut intake_blocker = None;
     loop {
         // Serve the consumer's queue: rebalances run their callbacks in here. A message can
@@ -699,9 +738,7 @@ fn poll_loop(consumer: Consumer, out: Dispatcher, cfg: LoopConfig, wake: Sender<
                 let assigned = st.tracker.partitions().cloned().collect();
                 queues = split_queues(&consumer, assigned, &wake);
             }
-            let own = st.tracker.in_flight();
-            cfg.bound.count.store(own, Ordering::Relaxed);
-            let in_flight = own + beside();
+            let in_flight = cfg.bound.set(cfg.lane, st.tracker.in_flight());
             let blocker = ctx.health.intake_blocker(&cfg.scratch_dir);
             if blocker != intake_blocker {
                 let lane = cfg.lane.name();
@@ -725,10 +762,11 @@ fn poll_loop(consumer: Consumer, out: Dispatcher, cfg: LoopConfig, wake: Sender<
             }
             turn
         };
-        // Take messages round-robin over the partitions, up to the bound.
+        // Take messages round-robin over the partitions, up to the bound, each counted as it
+        // is taken: the other lane takes beside this one.
         let mut room = turn.room;
         let mut idle = 0;
-        while room > 0 && idle < queues.len() {
+        while room > 0 && idle < queues.len() && cfg.bound.take(cfg.lane) {
             let (_, queue) = &queues[flow.next_queue(queues.len())];
             match queue.poll(Duration::ZERO) {
                 Some(Ok(m)) => {
@@ -736,15 +774,19 @@ fn poll_loop(consumer: Consumer, out: Dispatcher, cfg: LoopConfig, wake: Sender<
                     room -= 1;
                     idle = 0;
                 }
-                Some(Err(e)) => tracing::warn!(error = %e, "consumer error"),
-                None => idle += 1,
+                Some(Err(e)) => {
+                    cfg.bound.give_back(cfg.lane);
+                    tracing::warn!(error = %e, "consumer error");
+                }
+                None => {
+                    cfg.bound.give_back(cfg.lane);
+                    idle += 1;
+                }
             }
         }
         // Sleep until an ack, a command or a librdkafka queue wakes us.
         let mut st = ctx.state.lock().unwrap();
-        cfg.bound
-            .count
-            .store(st.tracker.in_flight(), Ordering::Relaxed);
+        cfg.bound.set(cfg.lane, st.tracker.in_flight());
         match st.commands.recv_timeout(cfg.safety_poll) {
             Ok(cmd) => SourceContext::apply(&mut st, cmd),
             Err(RecvTimeoutError::Timeout) => {}

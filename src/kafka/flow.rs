@@ -4,17 +4,21 @@
 //! protocol in `consumer`). Each consumer of a worker (the request lane, the unit lane) has a
 //! [`Flow`] of its own.
 //!
-//! Fairness between a long video's units and everything else: the unit lane may hold at most
-//! [`unit_slots`] tasks unfinished, one less than the pool (at least one), and they count
-//! against the request lane's bound too, so the rest of it stays open to requests. A
-//! fanned-out video queues dozens of units on every member; taken like requests, they would
-//! fill every permit and the permit queue, and an image sent meanwhile would wait behind
-//! minutes of units. Capped, a pod with two or more permits always has one free for a request,
-//! and a one-permit pod's one unit-topic task runs on a lane of its own beside that permit
-//! (`Settings::parts_lane`): an image never waits for a unit (with one permit, it waited for
-//! the unit in hand, 15-30 s at 1080p: 38x its idle p95). Those tasks run at a lower CPU
-//! priority (`job::runner::PART_NICE`), so a request beside one gets most of a contended core.
-//! Units are not starved either: their lane takes its slots whatever the request load.
+//! Fairness between a long video's units and everything else ([`Places`]): `MAX_IN_FLIGHT`
+//! bounds all of a pod's work, requests and unit-topic tasks together (the operator lowers it
+//! to bound the scratch volume's use), and the unit lane may hold at most [`unit_slots`] tasks
+//! unfinished, one less than the pool (at least one) and one less than that bound, so a
+//! request always finds a place and a permit. A fanned-out video queues dozens of units on
+//! every member; taken like requests, they would fill every permit and the permit queue, and
+//! an image sent meanwhile would wait behind minutes of units. Capped, a pod with two or more
+//! permits always has one free for a request, and a one-permit pod's one unit-topic task runs
+//! on a lane of its own beside that permit (`Settings::parts_lane`): an image never waits for
+//! a unit (with one permit, it waited for the unit in hand, 15-30 s at 1080p: 38x its idle
+//! p95). Those tasks run at a lower CPU priority (`job::runner::PART_NICE`), so a request
+//! beside one gets most of a contended core. Each lane counts the other's unfinished messages:
+//! the request lane every unit, the unit lane the requests past the places left to them, so
+//! that units keep their slots while requests hold no more than those places (a lane's own
+//! acks wake it first, so a place freed goes back to the lane that freed it as a rule).
 
 use std::time::{Duration, Instant};
 
@@ -58,6 +62,36 @@ pub struct Turn {
 /// request always finds a permit (a one-permit pod runs its unit beside it).
 pub fn unit_slots(pool: usize) -> usize {
     pool.saturating_sub(1).max(1)
+}
+
+/// A pod's in-flight places, shared by its two lanes: `all` for requests and unit-topic tasks
+/// together (`MAX_IN_FLIGHT`), of which the unit lane may hold `units`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Places {
+    pub all: usize,
+    pub units: usize,
+}
+
+impl Places {
+    /// `max_in_flight` for a pool of `pool` permits: the units get [`unit_slots`], and at most
+    /// one less than `max_in_flight` (none of 1: `kafka::settings` wants 2 with a unit topic).
+    pub fn new(max_in_flight: usize, pool: usize) -> Places {
+        Places {
+            all: max_in_flight,
+            units: unit_slots(pool).min(max_in_flight.saturating_sub(1)),
+        }
+    }
+
+    /// The unit lane's count against its bound (`units`): its own tasks, and the requests past
+    /// the places left to them (`all - units`).
+    pub fn units_in_flight(self, units: usize, requests: usize) -> usize {
+        units + requests.saturating_sub(self.all - self.units)
+    }
+
+    /// The request lane's count against its bound (`all`): its own and every unit task.
+    pub fn requests_in_flight(self, requests: usize, units: usize) -> usize {
+        requests + units
+    }
 }
 
 impl Flow {
@@ -244,5 +278,40 @@ mod tests {
         let mut units = Flow::new(unit_slots(3), COMMIT, t0);
         assert_eq!(units.turn(t0, 0, Intake::default()).room, 2);
         assert_eq!(units.turn(t0, 2, Intake::default()).room, 0);
+    }
+
+    #[test]
+    fn all_work_stays_within_max_in_flight_and_a_request_always_finds_a_place() {
+        // The disk-pressure runbook's `MAX_IN_FLIGHT=2` on a pool of 4: one unit at most.
+        let p = Places::new(2, 4);
+        assert_eq!(p, Places { all: 2, units: 1 });
+        // Every split of the places that a lane's count allows: within `all`, the units
+        // within theirs, and a place left for a request whatever the units hold.
+        for (max, pool) in [(2, 4), (2, 1), (3, 4), (8, 4), (4, 2), (6, 3)] {
+            let p = Places::new(max, pool);
+            for units in 0..=max {
+                for requests in 0..=max {
+                    let (u, r) = (units, requests);
+                    let units_may_take = p.units_in_flight(u, r) < p.units;
+                    let requests_may_take = p.requests_in_flight(r, u) < p.all;
+                    if units_may_take {
+                        assert!(u + 1 + r <= max && u < p.units, "{p:?}, {u} + {r}");
+                    }
+                    if requests_may_take {
+                        assert!(u + r < max, "{p:?}, {u} + {r}");
+                    }
+                    // With no request held, a request finds a place whatever the units took.
+                    if r == 0 && u <= p.units {
+                        assert!(requests_may_take, "{p:?}: {u} units leave no place");
+                    }
+                }
+            }
+            // Units keep their slots while requests hold no more than what is left to them.
+            assert_eq!(p.units_in_flight(0, p.all - p.units), 0);
+        }
+        // Without an operator's bound (2 x the pool), the pool's.
+        assert_eq!(Places::new(8, 4), Places { all: 8, units: 3 });
+        assert_eq!(Places::new(2, 1), Places { all: 2, units: 1 });
+        assert_eq!(Places::new(1, 4).units, 0, "refused with a unit topic");
     }
 }

@@ -145,6 +145,12 @@ impl Section for KafkaSettings {
             "must differ from group_id: the unit topic needs a group of its own",
         )?;
         ensure(
+            self.unit_topic().is_none() || self.max_in_flight != 1,
+            "max_in_flight",
+            "need 2 at least with a unit topic: a unit-topic task takes a place beside a request's \
+             (kafka::flow::Places)",
+        )?;
+        ensure(
             self.progress_step > 0.0 && self.progress_step <= 1.0,
             "progress_step",
             "need a fraction in (0, 1]",

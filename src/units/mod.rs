@@ -13,10 +13,11 @@
 //!    plan ([`store`], under a key derived from the source version and the profile's
 //!    fingerprint), then sends to the unit topic a task for the audio and one per unit that has
 //!    no record yet, keyed `{plan_id}/audio` and `{plan_id}/{index}` and sent to the partitions
-//!    in turn ([`Task::place`]), so that they spread evenly over the group's members. Then its
-//!    request is done: its offset commits with no response yet. The plan and the tasks are
-//!    durable before that commit, so a crash before it redelivers the
-//!    request, which finds the same plan and re-issues only the parts without a record.
+//!    in turn from one drawn from the plan id ([`Task::place`]), so that one video's units
+//!    spread evenly over the group's members, and several videos' first units and audios do
+//!    too. Then its request is done: its offset commits with no response yet. The plan and
+//!    the tasks are durable before that commit, so a crash before it redelivers the request,
+//!    which finds the same plan and re-issues only the parts without a record.
 //! 2. **Audio.** A task like a unit (below), sent first: loudness measured over the whole
 //!    program, then the audio encoded and normalised once (`Part::Audio`, from the audio's
 //!    packets alone), its pieces stored and its record (`records/audio.json`). Made beside the
@@ -145,18 +146,23 @@ impl Task {
         self.unit.is_none() && !self.audio && !self.opening
     }
 
-    /// Where the task goes among the unit topic's partitions. Units in turn (unit `i` to the
-    /// `i`th, modulo their count): a key's hash put 30 units 18 and 12 on two members as
-    /// often as not, and the one with 18 set the video's time. The audio to the last, the
-    /// farthest from unit 0's first: the two make the stream playable, and a group of two
-    /// splits four partitions 0-1 / 2-3 (measured under the consumer protocol) or 0-2 / 1-3,
-    /// so they run on two members at once rather than one after the other; the audio's
-    /// opening before it there (sent first, taken first). The stitch goes by its key (all of a
-    /// plan's stitches to one partition, see [`Stitches`]).
+    /// Where the task goes among the unit topic's partitions. Units in turn from the plan's
+    /// own first partition (unit `i` to the `(first + i)`th, modulo their count, `first` from
+    /// the plan id): a key's hash put 30 units 18 and 12 on two members as often as not, and
+    /// the one with 18 set the video's time; and with every plan starting at partition 0, one
+    /// member held every video's unit 0 and another every audio, so that under several long
+    /// videos each stream's first unit and its audio queued behind the other videos'. The
+    /// audio goes across from its unit 0 (partition `count - 1 - first`): the two make the
+    /// stream playable, and a group of two splits four partitions 0-1 / 2-3 (measured under
+    /// the consumer protocol) or 0-2 / 1-3, so they run on two members at once rather than one
+    /// after the other, whatever `first`; the audio's opening before it there (sent first,
+    /// taken first). The stitch goes by its key (all of a plan's stitches to one partition,
+    /// see [`Stitches`]).
     pub fn place(&self) -> Option<Place> {
+        let first = self.plan.first();
         match (self.unit, self.audio || self.opening) {
-            (Some(i), _) => Some(Place::Nth(i)),
-            (None, true) => Some(Place::Last),
+            (Some(i), _) => Some(Place::Nth { first, n: i }),
+            (None, true) => Some(Place::Across { first }),
             (None, false) => None,
         }
     }
@@ -173,20 +179,23 @@ impl Task {
     }
 }
 
-/// A task's partition of the unit topic ([`Task::place`]).
+/// A task's partition of the unit topic ([`Task::place`]), from its plan's first (a number
+/// drawn from the plan id, taken modulo the partitions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Place {
-    /// The `n`th, modulo the partitions.
-    Nth(u32),
-    Last,
+    /// The `n`th after the plan's first, modulo the partitions.
+    Nth { first: u64, n: u32 },
+    /// Across from the plan's first: the partitions counted back from the last.
+    Across { first: u64 },
 }
 
 impl Place {
     /// The partition among `partitions` (> 0).
     pub fn among(self, partitions: u32) -> u32 {
+        let first = |f: u64| (f % u64::from(partitions)) as u32;
         match self {
-            Place::Nth(n) => n % partitions,
-            Place::Last => partitions - 1,
+            Place::Nth { first: f, n } => (first(f) + n % partitions) % partitions,
+            Place::Across { first: f } => partitions - 1 - first(f),
         }
     }
 }
@@ -264,29 +273,52 @@ pub trait Dispatch: Send + Sync {
 mod tests {
     use super::*;
 
-    #[test]
-    fn units_go_to_the_partitions_in_turn_and_the_audio_to_the_last() {
-        let plan = PlanRef {
+    fn plan(id: &str) -> PlanRef {
+        PlanRef {
             bucket: "media".into(),
-            prefix: "u/videos/m/units/0123456789abcdef/".into(),
-        };
+            prefix: format!("u/videos/m/units/{id}/"),
+        }
+    }
+
+    #[test]
+    fn units_go_to_the_partitions_in_turn_from_the_plans_first_and_the_audio_across() {
         let on = |t: Task, n| t.place().map(|p| p.among(n));
-        let units: Vec<_> = (0..9).map(|i| on(Task::unit(&plan, i), 4)).collect();
-        assert_eq!(units, [0, 1, 2, 3, 0, 1, 2, 3, 0].map(Some));
-        // Unit 0 and the audio on two members whether a group of two splits 0-1 / 2-3 or
-        // 0-2 / 1-3.
-        assert_eq!(on(Task::audio(&plan), 4), Some(3));
-        assert_eq!(on(Task::audio(&plan), 1), Some(0));
-        assert_eq!(on(Task::opening(&plan), 4), Some(3), "beside the audio");
-        assert_eq!(on(Task::stitch(&plan), 4), None, "by its key");
+        // Every first partition of four, and where a two-member group puts each partition
+        // (0-1 / 2-3, and 0-2 / 1-3).
+        let firsts: Vec<PlanRef> = (0..4u64)
+            .map(|f| plan(&format!("{:016x}", f << 32)))
+            .collect();
+        for (f, plan) in firsts.iter().enumerate() {
+            let f = f as u32;
+            let units: Vec<_> = (0..9).map(|i| on(Task::unit(plan, i), 4)).collect();
+            let turn: Vec<_> = (0..9).map(|i| Some((f + i) % 4)).collect();
+            assert_eq!(units, turn, "from partition {f}");
+            let audio = on(Task::audio(plan), 4).unwrap();
+            for member in [|p: u32| p / 2, |p: u32| p % 2] {
+                assert_ne!(
+                    member(audio),
+                    member(f),
+                    "unit 0 on {f}, the audio on {audio}"
+                );
+            }
+            assert_eq!(on(Task::opening(plan), 4), Some(audio), "beside the audio");
+            assert_eq!(on(Task::audio(plan), 1), Some(0));
+            assert_eq!(on(Task::stitch(plan), 4), None, "by its key");
+        }
+        // Plans' ids are hashes: over many, each partition holds a fair share of unit 0s.
+        let mut zeros = [0; 4];
+        for v in 0..400 {
+            let id = crate::stages::manifest::fnv1a(&format!("uploads|v/{v}.mp4|etag|fp"));
+            zeros[on(Task::unit(&plan(&id), 0), 4).unwrap() as usize] += 1;
+        }
+        assert!(zeros.iter().all(|&n| (70..=130).contains(&n)), "{zeros:?}");
+        // An id that is no hash (none is made so) starts at the first.
+        assert_eq!(on(Task::unit(&plan("not-hex"), 1), 4), Some(1));
     }
 
     #[test]
     fn each_part_has_a_key_of_its_own_and_a_task_without_the_audio_field_is_the_stitch() {
-        let plan = PlanRef {
-            bucket: "media".into(),
-            prefix: "u/videos/m/units/0123456789abcdef/".into(),
-        };
+        let plan = plan("0123456789abcdef");
         let keys = [
             Task::unit(&plan, 3),
             Task::audio(&plan),

@@ -64,6 +64,13 @@ impl PlanRef {
             .unwrap_or_default()
     }
 
+    /// Where the plan's units start among the unit topic's partitions (`Task::place`, taken
+    /// modulo their count): its id's upper half (the id is a hash in hex, and FNV-1a's upper
+    /// bits are the mixed ones), 0 for an id that is not one.
+    pub fn first(&self) -> u64 {
+        u64::from_str_radix(self.id(), 16).map_or(0, |h| h >> 32)
+    }
+
     fn key(&self, name: &str) -> String {
         format!("{}{name}", self.prefix)
     }

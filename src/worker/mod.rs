@@ -9,17 +9,17 @@ mod task;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 
 use crate::api;
+use crate::config::Settings;
 use crate::health::watch_storage;
 use crate::http::ops::{self, HttpState};
 use crate::job::{JobRunner, Services};
-use crate::kafka::flow::unit_slots;
+use crate::kafka::flow::Places;
 use crate::kafka::handover::{self, Seeded};
 use crate::kafka::producer::TaskSender;
 use crate::kafka::{Bound, Delivery, KafkaSource, Lane, Publisher};
@@ -55,32 +55,14 @@ const UNIT_TOPIC_CHECK: Duration = Duration::from_secs(30);
 impl Intake {
     fn start(svc: &Services, shutdown: &Shutdown) -> anyhow::Result<(Intake, Vec<Deliveries>)> {
         let (settings, health) = (&svc.settings, &svc.health);
-        let units_in_flight = Arc::new(AtomicUsize::new(0));
-        let lanes = [
-            (
-                Lane::Requests,
-                Bound {
-                    max_in_flight: settings.max_in_flight(),
-                    count: Default::default(),
-                    beside: Some(units_in_flight.clone()),
-                },
-            ),
-            (
-                Lane::Units,
-                Bound {
-                    max_in_flight: unit_slots(settings.pool_size()),
-                    count: units_in_flight,
-                    beside: None,
-                },
-            ),
-        ];
         let mut sources = Vec::new();
         let mut deliveries = Vec::new();
-        for (lane, bound) in lanes {
+        let bound = bound(settings);
+        for lane in [Lane::Requests, Lane::Units] {
             let started = KafkaSource::start(
                 &settings.kafka,
                 lane,
-                bound,
+                bound.clone(),
                 settings.worker.tmp_dir.clone(),
                 svc.metrics.clone(),
                 health.clone(),
@@ -102,7 +84,7 @@ impl Intake {
             tokio::spawn(watch_unit_topic(
                 sender.clone(),
                 topic.to_owned(),
-                health.clone(),
+                svc.clone(),
                 shutdown.finished(),
             ));
             runner = runner.with_dispatch(Arc::new(UnitTasks(sender)));
@@ -118,16 +100,26 @@ impl Intake {
     }
 }
 
+/// The lanes' bound: `MAX_IN_FLIGHT` for requests and unit-topic tasks together, of which the
+/// unit lane holds at most its slots (`kafka::flow::Places`).
+fn bound(settings: &Settings) -> Bound {
+    Bound::new(Places::new(settings.max_in_flight(), settings.pool_size()))
+}
+
 /// Asks the broker whether the unit topic exists, at once and every [`UNIT_TOPIC_CHECK`]:
 /// said at startup and whenever it changes, and in `/health/ready` (`unit_topic`). While it is
-/// missing, long videos are encoded by the worker that takes them.
+/// missing, long videos are encoded by the worker that takes them. A worker that holds no
+/// partition of it at two checks in a row (`media_worker_kafka_unit_partitions` 0) says so
+/// once: the topic has fewer partitions than its group has members, and this worker encodes
+/// no unit of any long video.
 async fn watch_unit_topic(
     sender: Arc<TaskSender>,
     topic: String,
-    health: Arc<crate::health::Health>,
+    svc: Services,
     stop: tokio_util::sync::CancellationToken,
 ) {
     let mut known = None;
+    let (mut idle_before, mut idle_said) = (false, false);
     let mut every = tokio::time::interval(UNIT_TOPIC_CHECK);
     loop {
         tokio::select! {
@@ -138,7 +130,7 @@ async fn watch_unit_topic(
         let Ok(Some(exists)) = tokio::task::spawn_blocking(move || s.check()).await else {
             continue;
         };
-        health.set_unit_topic(exists);
+        svc.health.set_unit_topic(exists);
         if known != Some(exists) {
             if exists {
                 tracing::info!(topic, "unit topic found: long videos spread over the fleet");
@@ -152,6 +144,19 @@ async fn watch_unit_topic(
             }
             known = Some(exists);
         }
+        let idle = exists && svc.metrics.unit_partitions.get() == 0;
+        if idle && idle_before && !idle_said {
+            tracing::warn!(
+                topic,
+                group = svc.settings.kafka.unit_group(),
+                "this worker holds no partition of the unit topic: it has fewer partitions \
+                than its group has members, so this worker encodes no unit of a long video \
+                (give it at least as many partitions as workers: docs/operations.md, \
+                \"Long videos\")"
+            );
+        }
+        idle_said = idle && (idle_said || idle_before);
+        idle_before = idle;
     }
 }
 
@@ -387,5 +392,67 @@ impl Stoppable for Worker {
             ctx.publisher
                 .flush(by.saturating_duration_since(tokio::time::Instant::now()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::kafka::flow::{Flow, Intake};
+
+    fn settings(pairs: &[(&str, &str)]) -> Settings {
+        let env = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        Settings::load_from(None, env).unwrap()
+    }
+
+    /// What a lane's poll loop takes now: its Flow's room, each message counted as taken.
+    fn takes(bound: &Bound, lane: Lane, own: usize) -> usize {
+        let mut flow = Flow::new(bound.max(lane), Duration::from_secs(1), Instant::now());
+        let in_flight = bound.set(lane, own);
+        let room = flow.turn(Instant::now(), in_flight, Intake::default()).room;
+        (0..room).take_while(|_| bound.take(lane)).count()
+    }
+
+    #[test]
+    fn max_in_flight_bounds_units_and_requests_together_and_leaves_requests_a_place() {
+        // The disk-pressure runbook: MAX_IN_FLIGHT=2 on a pool of 4.
+        let s = settings(&[
+            ("KAFKA_UNIT_TOPIC", "units"),
+            ("WORKER_POOL_SIZE", "4"),
+            ("MAX_IN_FLIGHT", "2"),
+        ]);
+        let b = bound(&s);
+        // Units queued by the dozen come first: one taken, one place left to a request.
+        let units = takes(&b, Lane::Units, 0);
+        assert_eq!(units, 1, "unit tasks taken with MAX_IN_FLIGHT=2");
+        let requests = takes(&b, Lane::Requests, 0);
+        assert_eq!((units, requests), (1, 1), "a request finds a place");
+        assert_eq!(takes(&b, Lane::Units, units), 0, "all places held");
+        // Requests first: they take both; a unit waits until one finishes, then takes it.
+        let b = bound(&s);
+        assert_eq!(takes(&b, Lane::Requests, 0), 2);
+        assert_eq!(takes(&b, Lane::Units, 0), 0);
+        b.set(Lane::Requests, 1);
+        assert_eq!(takes(&b, Lane::Units, 0), 1);
+        assert_eq!(takes(&b, Lane::Requests, 1), 0);
+        // The defaults (2 x the pool): the units take all but one permit, the requests the
+        // rest of the places.
+        let s = settings(&[("KAFKA_UNIT_TOPIC", "units"), ("WORKER_POOL_SIZE", "4")]);
+        let b = bound(&s);
+        assert_eq!(takes(&b, Lane::Units, 0), 3);
+        assert_eq!(takes(&b, Lane::Requests, 0), 5);
+        // One permit: its unit on its lane beside one request.
+        let s = settings(&[("KAFKA_UNIT_TOPIC", "units"), ("WORKER_POOL_SIZE", "1")]);
+        let b = bound(&s);
+        assert_eq!(
+            (takes(&b, Lane::Units, 0), takes(&b, Lane::Requests, 0)),
+            (1, 1)
+        );
+        // One place for all work leaves none for a unit beside a request: refused.
+        let one = [("KAFKA_UNIT_TOPIC", "units"), ("MAX_IN_FLIGHT", "1")];
+        let e = Settings::load_from(None, one.map(|(k, v)| (k.to_owned(), v.to_owned())));
+        assert!(e.unwrap_err().to_string().contains("max_in_flight"));
     }
 }
