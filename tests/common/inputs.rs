@@ -228,16 +228,18 @@ fn try_make(
     if !out.status.success() {
         return Err(format!("{id}: {cmd:?}: {out:?}"));
     }
-    // Read back by the host's ffprobe as the codecs it was made with (MP4's MP2 reads as MP3).
+    // Read back by the host's ffprobe as the codecs it was made with (MP4's MP2 reads as MP3):
+    // the streams alone (an MPEG-TS lists them once more under its program).
     let read = Command::new("ffprobe")
-        .args(["-v", "error", "-show_entries", "stream=codec_name"])
-        .args(["-of", "csv=p=0"])
+        .args(["-v", "error", "-show_streams", "-of", "json"])
         .arg(&path)
         .output()
         .unwrap();
-    let read = String::from_utf8_lossy(&read.stdout);
-    let got: Vec<&str> = (read.lines().map(|l| l.trim_end_matches(',')))
-        .filter(|l| !l.is_empty())
+    let read: serde_json::Value = serde_json::from_slice(&read.stdout).unwrap();
+    let streams = read["streams"].as_array().cloned().unwrap_or_default();
+    let got: Vec<&str> = streams
+        .iter()
+        .filter_map(|s| s["codec_name"].as_str())
         .collect();
     let want: Vec<&str> = std::iter::once(video_codec).chain(audio_codec).collect();
     if got != want {
