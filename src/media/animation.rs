@@ -71,25 +71,49 @@ impl Animation {
         &self.delays
     }
 
+    /// Frame `i` upright, `scale`d (below 1: smaller), 8-bit sRGB without metadata, in memory:
+    /// the pixels its WebP frame is encoded from.
+    fn frame(&self, i: usize, scale: f64) -> Result<Image, VipsError> {
+        let page = self.strip.page_height();
+        let mut frame = self
+            .strip
+            .extract(0, i as u32 * page, self.strip.width(), page)?;
+        if self.orientation != 1 {
+            frame = frame.autorot()?;
+        }
+        if scale < 1.0 {
+            frame = frame.resize(scale)?;
+        }
+        frame.to_srgb8()?.without_metadata()?.into_memory()
+    }
+
+    /// The scale of a variant `width` px wide (never wider than the source).
+    fn scale(&self, width: u32) -> f64 {
+        width.min(self.width) as f64 / self.width as f64
+    }
+
+    /// Visits each frame of the variant `width` px wide as it is encoded from (for tools that
+    /// score the variant against them).
+    pub fn frames_at(
+        &self,
+        width: u32,
+        mut visit: impl FnMut(usize, &Image),
+    ) -> Result<(), VipsError> {
+        for i in 0..self.delays.len() {
+            visit(i, &self.frame(i, self.scale(width))?);
+        }
+        Ok(())
+    }
+
     /// Writes the animation `width` px wide (never wider than the source) as animated WebP at
     /// `quality`, without metadata; returns its size.
     pub fn save_webp(&self, width: u32, quality: u8, path: &Path) -> Result<(u32, u32), VipsError> {
-        let page = self.strip.page_height();
-        let scale = width.min(self.width) as f64 / self.width as f64;
+        let scale = self.scale(width);
         let mut frames = Vec::with_capacity(self.delays.len());
         let mut size = (0, 0);
         let mut before: Vec<u8> = Vec::new();
         for (i, delay) in self.delays.iter().enumerate() {
-            let mut frame = self
-                .strip
-                .extract(0, i as u32 * page, self.strip.width(), page)?;
-            if self.orientation != 1 {
-                frame = frame.autorot()?;
-            }
-            if scale < 1.0 {
-                frame = frame.resize(scale)?;
-            }
-            let frame = frame.to_srgb8()?.without_metadata()?.into_memory()?;
+            let frame = self.frame(i, scale)?;
             size = (frame.width(), frame.height());
             let pixels = frame.pixels()?;
             let bands = frame.bands() as usize;
