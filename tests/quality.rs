@@ -165,8 +165,13 @@ fn auto_quality_meets_its_target_on_every_output_with_fewer_bytes_than_fixed() {
 /// animated WebP variant, decoded by Pillow (frames as shown) and scored by ssimu2-lite
 /// against the frames it was encoded from, meets its target on the frames the worker's score
 /// is taken on (`media::animation`: the frame showing at the middle of each of 8 equal spans of
-/// one play, the worst of them; computed here from Pillow's durations), and that worst agrees
-/// with the worker's own score. The worst of every frame shown is printed beside it.
+/// one play, the worst of them; computed here from Pillow's durations), and the worker's own
+/// score is not above that worst. The worst of every frame shown is printed beside it.
+///
+/// Not "within 0.5 either way" as for the photos: on the same pixels (sharp's
+/// animated-loop-3, a flat graphic, frame 0 at 370 px, opaque) fast-ssim2 gives 90.65 and
+/// ssimu2-lite 92.13, where on photos and the other animations they agree within 0.02; the
+/// worker is the stricter one there.
 #[test]
 fn every_animated_output_with_a_target_meets_it_and_carries_its_score() {
     media::init(1);
@@ -252,7 +257,7 @@ fn every_animated_output_with_a_target_meets_it_and_carries_its_score() {
     assert!(run.status.success(), "{run:?}");
     let decoded = common::lines::json_lines(&run);
     assert_eq!(decoded.len(), animated.len());
-    let (mut below, mut disagree) = (Vec::new(), Vec::new());
+    let (mut below, mut overclaimed) = (Vec::new(), Vec::new());
     for ((name, file, target, own, refs, raw), d) in animated.iter().zip(&decoded) {
         let (w, h) = (
             d["width"]
@@ -275,14 +280,14 @@ fn every_animated_output_with_a_target_meets_it_and_carries_its_score() {
                 let reference = std::fs::read(reference).unwrap();
                 let frame = &shown[i * w * h * 4..][..w * h * 4];
                 // With alpha, the worse of a dark and a light background.
-                let backgrounds: &[f64] = if *bands == 4 { &[0.1, 0.9] } else { &[0.5] };
+                let backgrounds: &[f32] = if *bands == 4 { &[0.1, 0.9] } else { &[0.5] };
                 backgrounds
                     .iter()
                     .map(|bg| {
                         let (a, b) = (on(&reference, *bands as usize, *bg), on(frame, 4, *bg));
                         ssimu2_lite::compare(
-                            ssimu2_lite::RgbImage::srgb8(&a, w, h, w * 3).unwrap(),
-                            ssimu2_lite::RgbImage::srgb8(&b, w, h, w * 3).unwrap(),
+                            ssimu2_lite::RgbImage::srgb_f32(&a, w, h, w * 3).unwrap(),
+                            ssimu2_lite::RgbImage::srgb_f32(&b, w, h, w * 3).unwrap(),
                         )
                         .unwrap()
                     })
@@ -308,10 +313,11 @@ fn every_animated_output_with_a_target_meets_it_and_carries_its_score() {
         if worst < target - DECODERS_DIFFER_BY {
             below.push(format!("{name} {file}: {worst:.2} for {target}"));
         }
+        // The worker may score lower than ssimu2-lite (stricter), never higher.
         if let Some(own) = own
-            && (worst - own).abs() > DECODERS_DIFFER_BY
+            && *own > worst + DECODERS_DIFFER_BY
         {
-            disagree.push(format!(
+            overclaimed.push(format!(
                 "{name} {file}: {worst:.2} here, {own} by the worker"
             ));
         }
@@ -321,7 +327,10 @@ fn every_animated_output_with_a_target_meets_it_and_carries_its_score() {
         "outputs with a target and no score: {unscored:#?}"
     );
     assert!(below.is_empty(), "under the target: {below:#?}");
-    assert!(disagree.is_empty(), "the scores disagree: {disagree:#?}");
+    assert!(
+        overclaimed.is_empty(),
+        "the worker claims more: {overclaimed:#?}"
+    );
 }
 
 /// The frames an animation's score is taken on, from its frames' durations: the frame showing
@@ -353,12 +362,12 @@ fn sampled(durations: &[u64]) -> Vec<usize> {
 /// 8-bit sRGB pixels of `bands` (3, or 4 with alpha) as RGB composited onto a grey `bg` (0-1)
 /// in encoded values, as SSIMULACRA2's reference tool (and the worker's fast-ssim2) treats
 /// alpha: the worse of backgrounds 0.1 and 0.9.
-fn on(pixels: &[u8], bands: usize, bg: f64) -> Vec<u8> {
+fn on(pixels: &[u8], bands: usize, bg: f32) -> Vec<f32> {
     pixels
         .chunks_exact(bands)
         .flat_map(|p| {
-            let a = if bands == 4 { p[3] as f64 / 255.0 } else { 1.0 };
-            [0, 1, 2].map(|c| (a * p[c] as f64 + (1.0 - a) * bg * 255.0).round() as u8)
+            let a = if bands == 4 { p[3] as f32 / 255.0 } else { 1.0 };
+            [0, 1, 2].map(|c| a * p[c] as f32 / 255.0 + (1.0 - a) * bg)
         })
         .collect()
 }
