@@ -11,7 +11,10 @@
 //! bench --bench quality -- --ceiling`: WebP 1.02x sharp's bytes against 0.94x, JPEG 0.88x
 //! against 0.83x); one quality per width bucket, every output still raised to the target,
 //! needs far fewer ([`Curve::base`]). Scoring a WebP or JPEG costs 70-100 ns a pixel (4.5 ms
-//! for a 320 px variant, 235 ms for a 1920 px one); an AVIF's decode adds to that.
+//! for a 320 px variant, 235 ms for a 1920 px one); an AVIF's decode adds to that. An animated
+//! WebP variant is searched the same way ([`search`] takes any encoding and its score), every
+//! frame at one quality, its score the worst of up to 8 sampled frames as shown
+//! (`media::animation`).
 
 use fast_ssim2::{PixelDescriptor, PixelSlice, Ssimulacra2Reference};
 
