@@ -194,7 +194,7 @@ pub struct QualityUsed {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<f64>,
     /// SSIMULACRA2 of this output against the pixels it was encoded from: on every output of an
-    /// auto quality but an animated WebP (its frames are not scored).
+    /// auto quality (an animated WebP: the worst of up to 8 frames sampled over one play).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub score: Option<f64>,
 }

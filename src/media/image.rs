@@ -185,3 +185,35 @@ pub fn variant_pixels(
     }
     Ok(())
 }
+
+/// The pixels each frame of each animated variant of the image `input` is encoded from, as
+/// the transform stage makes them: `visit(width, frame, pixels)` for every planned WebP width
+/// and frame (for tools that score animated outputs against them).
+pub fn animated_pixels(
+    job: &MediaJob,
+    input: &Path,
+    mut visit: impl FnMut(u32, usize, &vips::Image),
+) -> Result<(), MediaFailure> {
+    let format = match sniff::sniff_file(input).map_err(|e| at(Stage::Probe)(e.into()))? {
+        sniff::Sniffed::Image(f) => f,
+        _ => {
+            return Err(at(Stage::Probe)(MediaError::Unsupported(
+                "not an image".into(),
+            )));
+        }
+    };
+    let probe = probe::run(input, format, &job.limits).map_err(at(Stage::Probe))?;
+    let (decoded, _) = decode_image(input, &probe, &job.profile, None)?;
+    let size = (decoded.width(), decoded.height());
+    let widths = transform::plan_widths(&job.profile.widths, probe.width);
+    let (plan, _) = transform::plan_variants(&widths, size, &job.profile.formats);
+    let animation = Animation::open(input, &probe).map_err(at(Stage::Transform))?;
+    for (&w, formats) in &plan {
+        if formats.iter().any(|f| f.format == OutputFormat::Webp) {
+            animation
+                .frames_at(w, |i, image| visit(w, i, image))
+                .map_err(|e| at(Stage::Transform)(MediaError::Transform(e.0)))?;
+        }
+    }
+    Ok(())
+}

@@ -11,7 +11,10 @@
 //! bench --bench quality -- --ceiling`: WebP 1.02x sharp's bytes against 0.94x, JPEG 0.88x
 //! against 0.83x); one quality per width bucket, every output still raised to the target,
 //! needs far fewer ([`Curve::base`]). Scoring a WebP or JPEG costs 70-100 ns a pixel (4.5 ms
-//! for a 320 px variant, 235 ms for a 1920 px one); an AVIF's decode adds to that.
+//! for a 320 px variant, 235 ms for a 1920 px one); an AVIF's decode adds to that. An animated
+//! WebP variant is searched the same way ([`search`] takes any encoding and its score), every
+//! frame at one quality, its score the worst of up to 8 sampled frames as shown
+//! (`media::animation`).
 
 use fast_ssim2::{PixelDescriptor, PixelSlice, Ssimulacra2Reference};
 
@@ -124,95 +127,121 @@ impl Scorer {
     }
 
     /// The lowest quality of `format` (within its range, and not under the base for
-    /// `image`'s width and `target`) whose encoding of `image` scores at least `target`: a
-    /// bracketing search that interpolates between the qualities it tried, from the format's
-    /// first guess, or its base when higher.
+    /// `image`'s width and `target`) whose encoding of `image` scores at least `target`
+    /// ([`search`]).
     pub fn search(
         &self,
         image: &Image,
         format: OutputFormat,
         target: f64,
     ) -> Result<Found, VipsError> {
-        let curve = Curve::of(format);
-        let (lo, hi) = (base(format, image.width(), target), curve.hi);
         let effort = effort(format, image.width());
-        let start = (curve.first + (target - 70.0) / curve.slope).clamp(lo as f64, hi as f64) as u8;
-        // The highest quality known to miss and the lowest known to meet, with their scores.
-        let mut miss: Option<(u8, f64)> = None;
-        let mut met: Option<(u8, f64, Vec<u8>)> = None;
-        // The top of the range, once tried and missed: what ships when nothing meets.
-        let mut top: Option<Found> = None;
-        // Steps aim at the middle of the accepted window: a step that lands a little off still
-        // meets the target by at most `close_enough`.
-        let aim = target + curve.close_enough / 2.0;
-        let mut last: Option<(u8, f64)> = None;
-        let mut q = start;
-        for _ in 0..MAX_STEPS {
+        search(format, image.width(), target, |q| {
             let bytes = image.encode(format, q, effort)?;
             let score = self.score(&bytes)?;
-            let slope = match last {
-                Some((q0, s0)) if q0 != q => {
-                    let s = (score - s0) / (q as f64 - q0 as f64);
-                    s.clamp(curve.slope * 4.0 / 9.0, curve.slope * 20.0 / 9.0)
-                }
-                _ => curve.slope,
-            };
-            last = Some((q, score));
-            if score >= target {
-                met = Some((q, score, bytes));
-                if score - target <= curve.close_enough {
-                    break;
-                }
-            } else {
-                miss = Some((q, score));
-                if q == hi {
-                    top = Some(Found {
-                        quality: q,
-                        score,
-                        bytes,
-                    });
-                }
-            }
-            let next = match (&miss, &met) {
-                (Some((a, _)), Some((b, ..))) if b - a <= curve.step => break,
-                (Some((a, sa)), Some((b, sb, _))) => {
-                    // Linear between the two, kept strictly inside.
-                    let t = ((aim - sa) / (sb - sa).max(1e-6)).clamp(0.0, 1.0);
-                    let q = *a as f64 + t * (b - a) as f64;
-                    (q.round() as u8).clamp(a + curve.step.min(b - a - 1), b - 1)
-                }
-                (None, Some((b, ..))) if *b == lo => break,
-                (None, Some((b, sb, _))) => {
-                    let down = ((sb - aim) / slope).floor().max(curve.step as f64) as u8;
-                    b.saturating_sub(down).max(lo)
-                }
-                (Some((a, _)), None) if *a == hi => break,
-                (Some((a, sa)), None) => {
-                    let up = ((aim - sa) / slope).ceil().max(curve.step as f64) as u8;
-                    a.saturating_add(up).min(hi)
-                }
-                (None, None) => unreachable!("one was just set"),
-            };
-            q = next;
-        }
-        if let Some((quality, score, bytes)) = met {
-            return Ok(Found {
-                quality,
-                score,
-                bytes,
-            });
-        }
-        // Not met even at the top of the range (or not within the steps): the top.
-        if let Some(top) = top {
-            return Ok(top);
-        }
-        let bytes = image.encode(format, hi, effort)?;
-        Ok(Found {
-            quality: hi,
-            score: self.score(&bytes)?,
-            bytes,
+            Ok((bytes, score))
         })
     }
+
+    /// SSIMULACRA2 of 8-bit sRGB `pixels` (RGB, or RGBA), `width` x `height`, against the image.
+    pub fn score_pixels(
+        &self,
+        pixels: &[u8],
+        width: u32,
+        height: u32,
+        bands: u32,
+    ) -> Result<f64, VipsError> {
+        with_pixels(pixels, width, height, bands, |s| self.reference.compare(s))
+    }
+}
+
+/// The lowest quality of `format` (within its range, and not under the base for an output
+/// `width` px wide and `target`) at which `attempt` (an encoding at that quality and its
+/// score) scores at least `target`: a bracketing search that interpolates between the
+/// qualities it tried, from the format's first guess, or its base when higher.
+pub fn search(
+    format: OutputFormat,
+    width: u32,
+    target: f64,
+    mut attempt: impl FnMut(u8) -> Result<(Vec<u8>, f64), VipsError>,
+) -> Result<Found, VipsError> {
+    let curve = Curve::of(format);
+    let (lo, hi) = (base(format, width, target), curve.hi);
+    let start = (curve.first + (target - 70.0) / curve.slope).clamp(lo as f64, hi as f64) as u8;
+    // The highest quality known to miss and the lowest known to meet, with their scores.
+    let mut miss: Option<(u8, f64)> = None;
+    let mut met: Option<(u8, f64, Vec<u8>)> = None;
+    // The top of the range, once tried and missed: what ships when nothing meets.
+    let mut top: Option<Found> = None;
+    // Steps aim at the middle of the accepted window: a step that lands a little off still
+    // meets the target by at most `close_enough`.
+    let aim = target + curve.close_enough / 2.0;
+    let mut last: Option<(u8, f64)> = None;
+    let mut q = start;
+    for _ in 0..MAX_STEPS {
+        let (bytes, score) = attempt(q)?;
+        let slope = match last {
+            Some((q0, s0)) if q0 != q => {
+                let s = (score - s0) / (q as f64 - q0 as f64);
+                s.clamp(curve.slope * 4.0 / 9.0, curve.slope * 20.0 / 9.0)
+            }
+            _ => curve.slope,
+        };
+        last = Some((q, score));
+        if score >= target {
+            met = Some((q, score, bytes));
+            if score - target <= curve.close_enough {
+                break;
+            }
+        } else {
+            miss = Some((q, score));
+            if q == hi {
+                top = Some(Found {
+                    quality: q,
+                    score,
+                    bytes,
+                });
+            }
+        }
+        let next = match (&miss, &met) {
+            (Some((a, _)), Some((b, ..))) if b - a <= curve.step => break,
+            (Some((a, sa)), Some((b, sb, _))) => {
+                // Linear between the two, kept strictly inside.
+                let t = ((aim - sa) / (sb - sa).max(1e-6)).clamp(0.0, 1.0);
+                let q = *a as f64 + t * (b - a) as f64;
+                (q.round() as u8).clamp(a + curve.step.min(b - a - 1), b - 1)
+            }
+            (None, Some((b, ..))) if *b == lo => break,
+            (None, Some((b, sb, _))) => {
+                let down = ((sb - aim) / slope).floor().max(curve.step as f64) as u8;
+                b.saturating_sub(down).max(lo)
+            }
+            (Some((a, _)), None) if *a == hi => break,
+            (Some((a, sa)), None) => {
+                let up = ((aim - sa) / slope).ceil().max(curve.step as f64) as u8;
+                a.saturating_add(up).min(hi)
+            }
+            (None, None) => unreachable!("one was just set"),
+        };
+        q = next;
+    }
+    if let Some((quality, score, bytes)) = met {
+        return Ok(Found {
+            quality,
+            score,
+            bytes,
+        });
+    }
+    // Not met even at the top of the range (or not within the steps): the top.
+    if let Some(top) = top {
+        return Ok(top);
+    }
+    let (bytes, score) = attempt(hi)?;
+    Ok(Found {
+        quality: hi,
+        score,
+        bytes,
+    })
 }
 
 /// The least quality of an output of `format` `width` px wide at `target`: its width bucket's
@@ -250,14 +279,27 @@ fn with_slice<T>(
     image: &Image,
     f: impl FnOnce(&PixelSlice<'_>) -> Result<T, fast_ssim2::Ssimulacra2Error>,
 ) -> Result<T, VipsError> {
-    let descriptor = match image.bands() {
+    let pixels = image.pixels()?;
+    with_pixels(pixels, image.width(), image.height(), image.bands(), f)
+}
+
+/// Runs `f` over 8-bit sRGB `pixels`, `width` x `height`, of `bands` (3, or 4 with alpha, which
+/// fast-ssim2 composites onto a dark and a light grey, taking the worse score, as the reference
+/// ssimulacra2 tool does).
+fn with_pixels<T>(
+    pixels: &[u8],
+    width: u32,
+    height: u32,
+    bands: u32,
+    f: impl FnOnce(&PixelSlice<'_>) -> Result<T, fast_ssim2::Ssimulacra2Error>,
+) -> Result<T, VipsError> {
+    let descriptor = match bands {
         3 => PixelDescriptor::RGB8_SRGB,
         4 => PixelDescriptor::RGBA8_SRGB,
         n => return Err(VipsError(format!("scoring: {n} bands"))),
     };
-    let pixels = image.pixels()?;
-    let stride = image.width() as usize * image.bands() as usize;
-    let slice = PixelSlice::new(pixels, image.width(), image.height(), stride, descriptor)
+    let stride = width as usize * bands as usize;
+    let slice = PixelSlice::new(pixels, width, height, stride, descriptor)
         .map_err(|e| VipsError(format!("scoring: {e}")))?;
     f(&slice).map_err(|e| VipsError(format!("scoring: {e}")))
 }

@@ -290,8 +290,7 @@ pub fn run(
             formats.iter().partition(|f| moving(f, animation));
         if let Some(animation) = animation {
             for spec in moving {
-                let quality = unchecked(&spec, w);
-                made_here.push(animated_webp(animation, w, quality, &stem, out_dir)?);
+                made_here.push(animated_webp(animation, w, &spec, &stem, out_dir)?);
             }
         }
         if let Some(pixels) = stills.at(w) {
@@ -384,23 +383,17 @@ fn moving(spec: &FormatSpec, animation: Option<&Animation>) -> bool {
     animation.is_some() && spec.format == OutputFormat::Webp
 }
 
-/// The quality of `spec`'s output `width` px wide, unchecked: a fixed one as the profile says,
-/// an auto one its width's base (an animated WebP: its frames are not scored).
-fn unchecked(spec: &FormatSpec, width: u32) -> QualityUsed {
-    match spec.quality {
-        Quality::Fixed(value) => QualityUsed {
-            value,
-            target: None,
-            score: None,
-        },
-        Quality::Auto(_) => {
-            let target = spec.auto_target().expect("an auto quality has a target");
-            QualityUsed {
-                value: quality::base(spec.format, width, target),
-                target: Some(target),
-                score: None,
-            }
-        }
+/// The quality of `spec`, a fixed one: as the profile says (an auto one is searched per
+/// output, [`quality::search`]).
+fn fixed(spec: &FormatSpec) -> QualityUsed {
+    let value = match spec.quality {
+        Quality::Fixed(value) => value,
+        Quality::Auto(_) => unreachable!("an auto quality is searched"),
+    };
+    QualityUsed {
+        value,
+        target: None,
+        score: None,
     }
 }
 
@@ -415,21 +408,37 @@ fn opaque_if(img: &Image, needed: bool) -> Result<Option<Image>, MediaError> {
         .map_err(transform_err)
 }
 
-/// The animated WebP variant `width` px wide.
+/// The animated WebP variant `width` px wide: at an auto quality, searched on its frames from
+/// its width's base ([`Animation::webp_for`]); at a fixed one, as it is.
 fn animated_webp(
     animation: &Animation,
     width: u32,
-    used: QualityUsed,
+    spec: &FormatSpec,
     stem: &str,
     dir: &Path,
 ) -> Result<ProducedFile, MediaError> {
     let name = names::image(stem, OutputFormat::Webp);
     let path = dir.join(&name);
-    let (width, height) = animation
-        .save_webp(width, used.value, &path)
-        .map_err(transform_err)?;
+    let (bytes, (width, height), used) = match spec.auto_target() {
+        None => {
+            let used = fixed(spec);
+            let webp = animation.webp(width, used.value, None);
+            let webp = webp.map_err(transform_err)?;
+            (webp.bytes, webp.size, used)
+        }
+        Some(target) => {
+            let (found, size) = animation.webp_for(width, target).map_err(transform_err)?;
+            let used = QualityUsed {
+                value: found.quality,
+                target: Some(target),
+                score: Some(rounded(found.score)),
+            };
+            (found.bytes, size, used)
+        }
+    };
+    std::fs::write(&path, &bytes)?;
     Ok(ProducedFile {
-        size_bytes: std::fs::metadata(&path)?.len(),
+        size_bytes: bytes.len() as u64,
         name,
         path,
         role: Role::Variant,
@@ -441,6 +450,11 @@ fn animated_webp(
         crop: None,
         quality: Some(used),
     })
+}
+
+/// A score as the response gives it: to two decimals.
+fn rounded(score: f64) -> f64 {
+    (score * 100.0).round() / 100.0
 }
 
 /// Scales to cover `spec` (never enlarging) and cuts a window centred on `focal` (upright
@@ -532,7 +546,7 @@ fn encode_one(
     scorer: &mut Option<quality::Scorer>,
 ) -> Result<(Vec<u8>, QualityUsed), MediaError> {
     let Some(target) = spec.auto_target() else {
-        let used = unchecked(spec, src.width());
+        let used = fixed(spec);
         let bytes = src
             .encode(
                 spec.format,
@@ -552,7 +566,7 @@ fn encode_one(
     let used = QualityUsed {
         value: found.quality,
         target: Some(target),
-        score: Some((found.score * 100.0).round() / 100.0),
+        score: Some(rounded(found.score)),
     };
     Ok((found.bytes, used))
 }
