@@ -42,7 +42,8 @@ enable() { # KIND NAME
 while read -r kind a rest; do
   case $kind in
     container)
-      enable demuxer "$a"
+      # The list names a demuxer as `-f` does; ./configure names MPEG-PS's `mpegps`.
+      case $a in mpeg) enable demuxer mpegps ;; *) enable demuxer "$a" ;; esac
       for item in $rest; do
         for codec in ${family[$item]:-$item}; do
           enable decoder "${decoder[$codec]:-$codec}"

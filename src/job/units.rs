@@ -138,7 +138,7 @@ impl JobRunner {
         job: &JobHandle,
         by: &str,
     ) -> TaskEnd {
-        match self.stitch_task(plan, record, job).await {
+        match self.stitch_task(plan, record, job, by).await {
             Ok(Some(r)) => TaskEnd::Respond(Box::new(r)),
             Ok(None) => TaskEnd::Nothing,
             Err(e) => {
@@ -470,23 +470,44 @@ impl JobRunner {
         }
     }
 
-    /// The stitch's answer; `Ok(None)`: not this task's to give (a part has no record yet).
+    /// The stitch's answer; `Ok(None)`: not this task's to give (a part has no record yet, or
+    /// another task claimed the answer).
     async fn stitch_task(
         &self,
         plan: &PlanRef,
         record: PlanRecord,
         job: &JobHandle,
+        by: &str,
     ) -> Result<Option<OptimizeResponse>, StorageError> {
         let storage = &*self.services().storage;
         let req = record.request.clone();
+        let failed = store::read(storage, plan, plan.failed_key()).await?;
+        // The answer is claimed before the work, once the stitch can give it (a part failed,
+        // or every part landed): of two stitches at once (a task taken in two groups, or
+        // delivered again beside a live one), one makes and answers it and the other ends
+        // here; else the second, failing on pieces the first deletes once it has answered,
+        // could claim first and answer with its failure. A claimant that dies is delivered
+        // again under its own name and takes its claim back (`store::claim_answer`).
+        let claimed = || async {
+            match self.claim_answer(plan, by).await {
+                Some(mine) => Ok(mine),
+                // Abandoned at shutdown: left unacknowledged, retried like a store away.
+                None => Err(StorageError::Unavailable(
+                    "shutting down before the answer was claimed".into(),
+                )),
+            }
+        };
         // A part failed for good: its failure is the answer (the units after it were skipped).
+        if failed.is_some() && !claimed().await? {
+            return Ok(None);
+        }
         if let Some(UnitRecord::Failed {
             index,
             code,
             stage,
             message,
             at_secs,
-        }) = store::read(storage, plan, plan.failed_key()).await?
+        }) = failed
         {
             let failure = Failure {
                 stage,
@@ -528,6 +549,9 @@ impl JobRunner {
                     return Ok(None);
                 }
             }
+        }
+        if !claimed().await? {
+            return Ok(None);
         }
         let role = As::Stitch {
             plan: plan.clone(),

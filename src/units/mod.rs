@@ -53,13 +53,14 @@
 //!    the pieces, makes every output (`Part::Stitch`: playlists, MPD, MP4s assembled without
 //!    encoding, storyboard, poster), uploads them under the keys a one-run encode uses and
 //!    writes the manifest.
-//! 5. **One answer.** Then the task claims the answer: `records/answered`, written only where
+//! 5. **One answer.** Before that work, once the records say the stitch can answer (every
+//!    part landed, or one failed for good), the task claims the answer: `records/answered`, written only where
 //!    nothing is (`Storage::create`: S3's `If-None-Match: *`, decided atomically by S3 and on
 //!    local files; s3s-fs checks, then writes), naming the task (its record on
 //!    the unit topic, in its group: [`store::Answered`]). The task whose claim it is publishes
 //!    the response, marks its claim published, ends the early stream (closed, or deleted
 //!    after a failure) and, the video done, deletes the pieces. A task that finds the answer
-//!    another's publishes nothing; so two pods that stitch one plan at once (a rebalance whose
+//!    another's stitches nothing and publishes nothing; so two pods that take one plan's stitch at once (a rebalance whose
 //!    drain ran out, two parts landing at once on two pods, a stitch task taken in two groups
 //!    while a new unit group replays the topic: docs/operations.md, "Upgrading") answer once.
 //!    A claimant that dies before it publishes leaves its claim, not the request unanswered:
