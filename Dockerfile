@@ -56,6 +56,8 @@ RUN printf 'deb-src http://deb.debian.org/debian %s main\n' bookworm bookworm-up
  && rm -rf /var/lib/apt/lists/*
 COPY config/ffmpeg-components scripts/ffmpeg-configure.sh /build/
 WORKDIR /build/src
+# $components is split on purpose: one ./configure flag per word.
+# hadolint ignore=SC2086
 RUN components=$(../ffmpeg-configure.sh ../ffmpeg-components) \
  && ./configure --prefix=/usr/local --disable-everything --disable-autodetect \
       --disable-doc --disable-debug --disable-ffplay --disable-avdevice --disable-postproc \
