@@ -1150,27 +1150,32 @@ async fn a_long_video_plays_on_its_audios_opening_before_the_whole_audio_is_done
             of(&held) > of(&revoked)
         })
     };
-    let (first, last) = common::wait_until("the unit partitions held", 2 * common::MINUTE, || {
-        let (a, b) = (holder(0)?, holder(3)?);
+    // A plan's unit 0 goes to its first partition `f` and its audio across (`3 - f`): every
+    // such pair held apart, whatever the plan's `f`.
+    let split = common::wait_until("the unit partitions held", 2 * common::MINUTE, || {
+        let holders = (0..4).map(holder).collect::<Option<Vec<_>>>()?;
         let settled = fleet.iter().all(|w| holds_unit_partitions(w) > 0);
-        settled.then_some((a, b))
+        settled.then_some(holders)
     })
     .await;
-    assert_ne!(first, last, "unit 0 and the audio on one member");
+    for f in 0..2 {
+        assert_ne!(split[f], split[3 - f], "partitions {f} and {} on one member", 3 - f);
+    }
     let responses = stack.responses();
     let mut req = common::request("opening", "long.mp4");
     req.profile = Some("streaming".into());
     stack.send(&req).await;
 
     // Stopped as it takes the whole audio: its opening landed before.
-    let audio_worker = &fleet[last];
-    common::wait_until("the audio taken", 2 * common::MINUTE, || {
-        logged(&audio_worker.log(), "part taken")
-            .iter()
-            .any(|f| f["part"] == "the audio")
-            .then_some(())
+    let last = common::wait_until("the audio taken", 2 * common::MINUTE, || {
+        fleet.iter().position(|w| {
+            logged(&w.log(), "part taken")
+                .iter()
+                .any(|f| f["part"] == "the audio")
+        })
     })
     .await;
+    let audio_worker = &fleet[last];
     let mut stopped = vec![audio_worker.pid()];
     stopped.extend(common::descendants_of(audio_worker.pid()));
     for &pid in &stopped {
