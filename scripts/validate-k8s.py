@@ -174,6 +174,13 @@ def custom_resources(target, docs, env, workload):
                   "the workload sets replicas although a ScaledObject manages them")
             lo, hi = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
             check(1 <= lo <= hi, target, f"replicas {lo}..{hi}")
+            # Scale-in one pod at a time: each drains its jobs and rebalances the group.
+            down = (spec.get("advanced", {}).get("horizontalPodAutoscalerConfig", {})
+                    .get("behavior", {}).get("scaleDown", {}))
+            check(down.get("policies") and all(p["type"] == "Pods" and p["value"] == 1
+                                               for p in down["policies"])
+                  and down.get("stabilizationWindowSeconds", 0) >= 60, target,
+                  "scale-in is not one pod at a time after a stabilization window")
             triggers = spec.get("triggers", [])
             kafkas = [t.get("metadata", {}) for t in triggers if t["type"] == "kafka"]
             proms = [t.get("metadata", {}) for t in triggers if t["type"] == "prometheus"]
@@ -191,7 +198,9 @@ def custom_resources(target, docs, env, workload):
             for kafka in kafkas:
                 for k in ("bootstrapServers", "consumerGroup", "topic", "lagThreshold"):
                     check(k in kafka, target, f"kafka trigger lacks {k}")
-                check(kafka.get("excludePersistentLag") == "true", target, "excludePersistentLag")
+                # A partition behind one long job keeps its offset for minutes: its work counts.
+                check(kafka.get("excludePersistentLag") == "false", target,
+                      "excludePersistentLag hides the work behind a long job")
                 check(kafka.get("bootstrapServers") == env.get("KAFKA_BOOTSTRAP_SERVERS"), target,
                       "KEDA and the worker use different brokers")
                 reset = env.get("KAFKA_PROPERTY_AUTO_OFFSET_RESET", "earliest")

@@ -33,6 +33,9 @@ pub struct Health {
     min_scratch_free: AtomicU64,
     /// The scratch volume's size when less than its file system's (`SCRATCH_BYTES`; 0: none).
     scratch_limit: u64,
+    /// What the scratch root holds, counted against `scratch_limit` (walked off the caller's
+    /// thread, at most once a second: `scratch::Usage`).
+    scratch_usage: std::sync::Arc<crate::scratch::Usage>,
     /// What a job that met a full scratch needs free before the pod takes work again (0: none).
     scratch_wanted: AtomicU64,
 }
@@ -77,6 +80,7 @@ impl Health {
             blocked_publishes: AtomicU32::new(0),
             min_scratch_free: AtomicU64::new(min_scratch_free_bytes),
             scratch_limit,
+            scratch_usage: Default::default(),
             scratch_wanted: AtomicU64::new(0),
         }
     }
@@ -146,7 +150,7 @@ impl Health {
     }
 
     pub fn readiness(&self, scratch_dir: &Path) -> Readiness {
-        let free = crate::scratch::free_bytes(scratch_dir, self.scratch_limit);
+        let free = crate::scratch::free_bytes(scratch_dir, self.scratch_limit, &self.scratch_usage);
         let wanted = self.scratch_wanted.load(Ordering::Relaxed);
         if wanted > 0 && free.is_none_or(|f| f >= wanted) {
             let _ = self.scratch_wanted.compare_exchange(

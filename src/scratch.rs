@@ -22,6 +22,9 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 const PREFIX: &str = "job-";
 
@@ -101,9 +104,55 @@ pub fn sweep(root: &Path) -> io::Result<usize> {
     Ok(removed)
 }
 
-/// Free bytes on the scratch volume (of at most `limit` bytes; 0: its file system's size).
-pub fn free_bytes(root: &Path, limit: u64) -> Option<u64> {
-    Space::of(root, limit).map(|s| s.free)
+/// Free bytes on the scratch volume (of at most `limit` bytes; 0: its file system's size), with
+/// what `root` holds from `usage`'s last walk of it: what readiness and the intake gate ask on
+/// every turn of each consumer's loop.
+pub fn free_bytes(root: &Path, limit: u64, usage: &Arc<Usage>) -> Option<u64> {
+    let fs = Space::file_system(root)?;
+    if limit == 0 || limit >= fs.total {
+        return Some(fs.free);
+    }
+    Some(fs.free.min(limit.saturating_sub(usage.bytes(root))))
+}
+
+/// What the scratch root holds, for the health checks: walked at most once per [`WALK_EVERY`],
+/// on a thread of its own, the last count given meanwhile. The consumers' loops ask on every
+/// turn, holding their state, and a walk of a long video's stitch (ten thousand files) takes
+/// 50-70 ms (`benches/scratch_meter.rs`); the kubelet measures an emptyDir every 10 s or more,
+/// so a count a second old misses nothing it would act on. The first count is walked there
+/// and then. (A job's own budget, [`Space::of`], walks when it is asked: once per job.)
+#[derive(Debug, Default)]
+pub struct Usage {
+    last: Mutex<Option<(Instant, u64)>>,
+    walking: AtomicBool,
+}
+
+/// How old [`Usage`]'s count may get before a new walk starts.
+pub const WALK_EVERY: Duration = Duration::from_secs(1);
+
+impl Usage {
+    pub fn bytes(self: &Arc<Self>, root: &Path) -> u64 {
+        let last = *self.last.lock().expect("not poisoned");
+        let Some((at, bytes)) = last else {
+            let bytes = used_bytes(root);
+            *self.last.lock().expect("not poisoned") = Some((Instant::now(), bytes));
+            return bytes;
+        };
+        if at.elapsed() >= WALK_EVERY && !self.walking.swap(true, Ordering::AcqRel) {
+            let (usage, root) = (self.clone(), root.to_owned());
+            let walk = std::thread::Builder::new()
+                .name("scratch-usage".into())
+                .spawn(move || {
+                    let bytes = used_bytes(&root);
+                    *usage.last.lock().expect("not poisoned") = Some((Instant::now(), bytes));
+                    usage.walking.store(false, Ordering::Release);
+                });
+            if walk.is_err() {
+                self.walking.store(false, Ordering::Release);
+            }
+        }
+        bytes
+    }
 }
 
 /// The scratch volume's state: its file system's as `statvfs` gives it (what an unprivileged
@@ -750,5 +799,36 @@ mod tests {
         assert_eq!(sweep(root.path()).unwrap(), 1);
         assert!(root.path().join("keep-me").exists());
         assert!(!root.path().join("job-old").exists());
+    }
+
+    /// The health checks' count of the scratch root: walked where first asked, then the last
+    /// count while a newer one is walked on a thread of its own, at most once per
+    /// `WALK_EVERY`; what the root gains shows once a walk has counted it.
+    #[test]
+    fn the_health_checks_count_of_the_scratch_is_walked_off_their_thread() {
+        let root = tempfile::tempdir().unwrap();
+        let usage = Arc::new(Usage::default());
+        let first = usage.bytes(root.path());
+        std::fs::write(root.path().join("big"), vec![1u8; 1 << 20]).unwrap();
+        let asked = Instant::now();
+        assert_eq!(
+            usage.bytes(root.path()),
+            first,
+            "walked again within WALK_EVERY"
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let grown = loop {
+            let now = usage.bytes(root.path());
+            if now > first {
+                break now;
+            }
+            assert!(Instant::now() < deadline, "never counted again");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(asked.elapsed() >= WALK_EVERY);
+        assert!(grown >= first + (1 << 20), "{grown}");
+        // Held to a limit: the free bytes are the limit less the count.
+        let limit = grown + 4096;
+        assert_eq!(free_bytes(root.path(), limit, &usage), Some(4096));
     }
 }

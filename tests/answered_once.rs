@@ -11,7 +11,7 @@ mod common;
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use common::{MINUTE, OUTPUT_BUCKET, Stack};
+use common::{MINUTE, OUTPUT_BUCKET, Stack, logged_containing};
 use media_worker::contract::Status;
 use media_worker::storage::{Created, LocalStorage, ObjectMeta, S3Storage, Storage};
 
@@ -175,15 +175,6 @@ async fn plan_of(stack: &Stack, media_id: &str) -> (String, usize) {
     (key.strip_suffix("plan.json").unwrap().to_owned(), units)
 }
 
-/// The fields of each line of a worker's JSON `log` whose message contains `text`.
-fn logged(log: &str, text: &str) -> Vec<serde_json::Value> {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|l| l["fields"].clone())
-        .filter(|f| f["message"].as_str().is_some_and(|m| m.contains(text)))
-        .collect()
-}
-
 /// The unit topic deleted while a plan's last part is in hand (every other part recorded, the
 /// worker at work on it): the part lands, the topic cannot take the stitch task, and the
 /// worker stitches and answers itself, once, completed. The deletion is checked to be done
@@ -239,7 +230,7 @@ async fn a_plan_whose_unit_topic_is_gone_when_its_last_part_lands_is_answered() 
         "a second response"
     );
     let log = worker.log();
-    assert_eq!(logged(&log, "stitched here").len(), 1, "{log}");
+    assert_eq!(logged_containing(&log, "stitched here").len(), 1, "{log}");
 }
 
 /// Two pods whose unit groups differ: each takes every task of the unit topic (as old and new
@@ -281,7 +272,7 @@ async fn a_stitch_taken_in_two_groups_is_answered_once() {
     let logs: Vec<String> = workers.iter().map(|w| w.log()).collect();
     let stitches: Vec<usize> = logs
         .iter()
-        .map(|l| logged(l, "job finished").len())
+        .map(|l| logged_containing(l, "job finished").len())
         .collect();
     assert_eq!(
         stack.response_count(),
@@ -294,11 +285,11 @@ async fn a_stitch_taken_in_two_groups_is_answered_once() {
     let declined: usize = logs
         .iter()
         .map(|l| {
-            let found_answered = logged(l, "already answered")
+            let found_answered = logged_containing(l, "already answered")
                 .iter()
                 .filter(|f| f["task"].as_str().is_some_and(|t| !t.contains('/')))
                 .count();
-            logged(l, "the answer is another task's").len() + found_answered
+            logged_containing(l, "the answer is another task's").len() + found_answered
         })
         .sum();
     assert!(declined > 0, "only one stitch ran");
@@ -374,7 +365,7 @@ async fn an_upgrade_from_one_group_over_both_topics_answers_once_and_replays_not
     for w in [&old, &new] {
         common::wait_until("a request partition each", 2 * MINUTE, || {
             let held = |m: &str| {
-                logged(&w.log(), m)
+                logged_containing(&w.log(), m)
                     .iter()
                     .filter(|f| f["lane"] == "requests")
                     .count()
@@ -422,16 +413,16 @@ async fn an_upgrade_from_one_group_over_both_topics_answers_once_and_replays_not
     .await;
     assert_eq!(stack.response_count(), requests.len() as i64);
     let log = new.log();
-    let dropped: Vec<String> = logged(&log, "a unit task whose plan is gone")
+    let dropped: Vec<String> = logged_containing(&log, "a unit task whose plan is gone")
         .iter()
         .map(|f| f["plan"].as_str().unwrap_or_default().to_owned())
         .collect();
     assert_eq!(dropped, ["waiting"], "taken by the new unit group");
-    let seeded = logged(&log, "the unit group starts where the request group left");
+    let seeded = logged_containing(&log, "the unit group starts where the request group left");
     assert_eq!(seeded.len(), 1, "{log}");
     // Both pods took requests (the request topic's two partitions, one each), so both
     // releases answered.
-    let finished = |w: &common::Worker| logged(&w.log(), "job finished").len();
+    let finished = |w: &common::Worker| logged_containing(&w.log(), "job finished").len();
     assert!(
         finished(&old) > 0 && finished(&new) > 0,
         "one pod answered every request"

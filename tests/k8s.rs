@@ -10,7 +10,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::cluster::{Cluster, Deployment, Options};
+use common::cluster::{Cluster, Deployment, Options, PodLogs};
+use common::prometheus::{Prometheus, panel_exprs, worker_scrape};
 use common::*;
 use media_worker::contract::{ErrorCode, Stage, Status};
 
@@ -164,9 +165,13 @@ async fn an_upload_larger_than_the_scratch_volume_is_answered_not_evicted() {
 const THUMB_PROFILE: &str = "[profiles.thumb]\nanalysis = false\nwidths = [160]\n\
      formats = [{ format = \"webp\", quality = 70 }]\n";
 
-/// `kubectl rollout restart` twice while requests flow: each old pod drains its jobs on
-/// SIGTERM (within the grace period), its replacement takes the partitions on, and every
-/// request is answered once. On one node the pods of the host's network share their ports,
+/// `kubectl rollout restart` twice while requests flow and a long video is mid-encode (96 s
+/// under `streaming`, past its `units_after_secs` here: 12 units over the unit topic): each
+/// old pod drains its jobs on SIGTERM (within the grace period), its replacement takes the
+/// partitions on, and every request is answered once, the video too. Each restart comes once
+/// a unit more has landed (and before the video's answer). The work redone, from every pod's
+/// whole log (`PodLogs`): parts of the video encoded again after a pod that began them went,
+/// at most 15 % of its parts. On one node the pods of the host's network share their ports,
 /// so the rollout replaces a pod before starting the next (maxSurge 0, maxUnavailable 1: the
 /// base's surge would leave the new pod Pending, "didn't have free ports").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,32 +179,62 @@ async fn rolling_restarts_answer_every_request_once() {
     let n: usize = std::env::var("K8S_REQUESTS").map_or(300, |v| v.parse().unwrap());
     let cluster = Cluster::shared();
     let stack = Stack::start(2).await;
+    stack
+        .broker
+        .create_topic(&stack.own("media.optimize.units"), 4);
     let d = Deployment::apply(
         &cluster,
         &stack,
         "k8s-rolling",
         &Options {
             config: THUMB_PROFILE.into(),
+            env: vec![(
+                "MEDIA_WORKER_PROFILES__STREAMING__UNITS_AFTER_SECS".into(),
+                "20".into(),
+            )],
             patch: ONE_AT_A_TIME.into(),
-            ..Options::default()
         },
     );
+    let logs = PodLogs::follow(&d);
     d.wait_ready(1, 4 * MINUTE);
     let responses = stack.responses();
+    let dir = tempfile::tempdir().unwrap();
+    let video = synthetic::camera_like_video(dir.path(), 96, 640, 360);
+    stack.upload_file("long.mp4", &video).await;
     stack.upload_corpus("imageio_coffee.png").await;
+    stack
+        .send(&request("long", "long.mp4").with_profile("streaming"))
+        .await;
     let reqs: Vec<_> = (0..n)
         .map(|i| request(&format!("r{i}"), "imageio_coffee.png").with_profile("thumb"))
         .collect();
     stack.send_all(&reqs).await;
-    let mut got = Vec::new();
+    let landed = || -> usize {
+        logs.snapshot()
+            .iter()
+            .map(|(_, log)| logged(log, "unit landed").len())
+            .sum()
+    };
+    let mut got: Vec<Received> = Vec::new();
     let started = Instant::now();
     for round in 0..2 {
-        // Some answered before each restart, so that it lands mid-stream.
-        let before = got.len() + n / 5;
-        while got.len() < before.min(n) {
-            let r = responses.next(2 * MINUTE);
-            got.push(r.unwrap_or_else(|| panic!("{} answered:\n{}", got.len(), d.describe())));
+        // Mid-encode: a unit more landed since the last restart, the video not answered.
+        let deadline = Instant::now() + 3 * MINUTE;
+        while landed() <= round {
+            if let Some(r) = responses.next(Duration::from_millis(200)) {
+                got.push(r);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: no unit landed:\n{}",
+                d.describe()
+            );
         }
+        let answered = |id: &str| got.iter().any(|r| r.body.media_id.as_deref() == Some(id));
+        assert!(
+            !answered("long"),
+            "round {round}: the video done before the restart"
+        );
         let old: Vec<String> = d.pods().iter().map(pod_name).collect();
         d.kubectl_ok(&["rollout", "restart", "deployment/media-worker"]);
         d.kubectl_ok(&[
@@ -214,10 +249,10 @@ async fn rolling_restarts_answer_every_request_once() {
             "round {round}: not replaced"
         );
     }
-    while got.len() < n {
-        match responses.next(2 * MINUTE) {
+    while got.len() < n + 1 {
+        match responses.next(4 * MINUTE) {
             Some(r) => got.push(r),
-            None => panic!("{} of {n} answered:\n{}", got.len(), d.describe()),
+            None => panic!("{} of {} answered:\n{}", got.len(), n + 1, d.describe()),
         }
     }
     // Late duplicates, if any, within a few seconds.
@@ -231,19 +266,53 @@ async fn rolling_restarts_answer_every_request_once() {
             .or_default() += 1;
     }
     let duplicates = got.len() - per_id.len();
-    let failed = got
+    let failed: Vec<_> = got
         .iter()
         .filter(|r| r.body.status != Status::Completed)
-        .count();
+        .map(|r| (&r.body.media_id, &r.body.error))
+        .collect();
     let evictions = d.events().iter().filter(|e| e.0 == "Evicted").count();
+    // Every pod's whole log (the one running still writes), the parts counted by name.
+    let whole = logs.whole(&d);
+    let count = |message: &str| {
+        let mut by_part = std::collections::BTreeMap::<String, usize>::new();
+        for (_, log) in &whole {
+            for f in logged(log, message) {
+                *by_part.entry(f["part"].to_string()).or_default() += 1;
+            }
+        }
+        by_part
+    };
+    let (taken, skipped) = (count("part taken"), count("already landed"));
+    let parts = taken.len();
+    let begun: usize = taken.values().sum::<usize>() - skipped.values().sum::<usize>();
+    let redone = begun - parts;
     eprintln!(
-        "k8s scenario=rolling requests={n} answers={} distinct={} duplicates={duplicates} \
-         failed={failed} evictions={evictions} in {:.0} s",
+        "k8s scenario=rolling pods={} requests={} answers={} distinct={} duplicates={duplicates} \
+         failed={} evictions={evictions} video_parts={parts} parts_begun={begun} redone={redone} \
+         ({:.1} %) in {:.0} s",
+        whole.len(),
+        n + 1,
         got.len(),
         per_id.len(),
+        failed.len(),
+        100.0 * redone as f64 / parts as f64,
         started.elapsed().as_secs_f64()
     );
-    assert_eq!((per_id.len(), duplicates, failed), (n, 0, 0));
+    assert_eq!(
+        whole.len(),
+        3,
+        "pods: {:?}",
+        whole.iter().map(|w| &w.0).collect::<Vec<_>>()
+    );
+    assert_eq!((per_id.len(), duplicates), (n + 1, 0));
+    assert!(failed.is_empty(), "{failed:?}");
+    // The video's 12 units and its audio, at least; each begun again at most once in 7.
+    assert!(parts >= 13, "{taken:?}");
+    assert!(
+        redone * 100 <= parts * 15,
+        "redone {redone} of {parts}: {taken:?}, skipped {skipped:?}"
+    );
 }
 
 /// The rollout of one node: the old pod goes before the new one starts.
@@ -254,41 +323,70 @@ fn pod_name(p: &serde_json::Value) -> String {
     p["metadata"]["name"].as_str().unwrap().to_owned()
 }
 
-/// `kubectl drain` with deploy/k8s's PodDisruptionBudget in force while every replica is
-/// unready (an S3 outage makes the workers so: readiness follows the output bucket): the drain
-/// must proceed, since an unready pod serves nothing a budget could protect. The replicas here
-/// are stand-ins with the worker's labels (the pause image, a readiness probe that never
-/// passes): two workers cannot share one node's ports, and the budget reads only labels and
-/// readiness. Then the one real worker, ready, is drained under the same budget with requests
-/// flowing: evicted, replaced once the node is back, every request answered once.
+/// `kubectl drain` with deploy/k8s's PodDisruptionBudget in force, twice, with requests
+/// flowing. First with S3 stopped mid-stream: the worker turns unready (readiness follows the
+/// output bucket), as would every replica of a fleet, and the drain must proceed, since an
+/// unready pod serves nothing a budget could protect. A budget of one unavailable pod blocks
+/// nothing while one pod is all there is, so a stand-in (the worker's labels, the pause image,
+/// a readiness probe that never passes) stands for the fleet's other replicas: two workers
+/// cannot share one node's ports. Then S3 back, the node back, the worker ready again and
+/// drained again with requests flowing: evicted, replaced once the node is back. Every
+/// request answered once, completed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drains_proceed_under_the_disruption_budget() {
     let cluster = Cluster::shared();
-    let stack = Stack::start(1).await;
+    let mut stack = Stack::start(1).await;
     let d = Deployment::apply(
         &cluster,
         &stack,
         "k8s-drain",
         &Options {
             config: THUMB_PROFILE.into(),
-            // No worker yet: the stand-ins first.
-            patch: "- op: add\n  path: /spec/replicas\n  value: 0\n".into(),
             ..Options::default()
         },
     );
-    let stand_ins = format!(
+    d.wait_ready(1, 4 * MINUTE);
+    let n = 60;
+    let responses = stack.responses();
+    stack.upload_corpus("imageio_coffee.png").await;
+    let drain = |timeout: &str| {
+        let out = cluster.kubectl(&[
+            "drain",
+            "local",
+            "--pod-selector=app.kubernetes.io/name=media-worker",
+            "--delete-emptydir-data",
+            &format!("--timeout={timeout}"),
+        ]);
+        cluster.kubectl_ok(&["uncordon", "local"]);
+        out
+    };
+
+    // S3 stopped mid-stream: the worker unready, beside an unready stand-in.
+    let reqs: Vec<_> = (0..n)
+        .map(|i| request(&format!("s{i}"), "imageio_coffee.png").with_profile("thumb"))
+        .collect();
+    stack.send_all(&reqs).await;
+    let mut got = responses.take(n / 4, 2 * MINUTE);
+    stack.s3.stop();
+    wait_for("the worker unready without S3", 2 * MINUTE, || {
+        d.pods()
+            .iter()
+            .all(|p| !common::cluster::ready(p))
+            .then_some(())
+    });
+    let stand_in = format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: unready\n  namespace: {ns}\n\
-         spec:\n  replicas: 2\n  selector:\n    matchLabels: {{ app.kubernetes.io/name: media-worker, role: stand-in }}\n\
+         spec:\n  replicas: 1\n  selector:\n    matchLabels: {{ app.kubernetes.io/name: media-worker, role: stand-in }}\n\
          \x20 template:\n    metadata:\n      labels: {{ app.kubernetes.io/name: media-worker, role: stand-in }}\n\
          \x20   spec:\n      hostNetwork: true\n      containers:\n        - name: pause\n          image: {PAUSE}\n\
          \x20         imagePullPolicy: Never\n          readinessProbe:\n            tcpSocket: {{ host: 127.0.0.1, port: 9 }}\n\
          \x20           periodSeconds: 2\n",
         ns = d.ns
     );
-    let file = d.kustomization_dir().join("stand-ins.yaml");
-    std::fs::write(&file, stand_ins).unwrap();
+    let file = d.kustomization_dir().join("stand-in.yaml");
+    std::fs::write(&file, stand_in).unwrap();
     d.kubectl_ok(&["apply", "-f", file.to_str().unwrap()]);
-    wait_for("two stand-ins running, unready", 2 * MINUTE, || {
+    wait_for("the stand-in running, unready", 2 * MINUTE, || {
         let pods = d.pods();
         (pods.len() == 2
             && pods
@@ -296,53 +394,117 @@ async fn drains_proceed_under_the_disruption_budget() {
                 .all(|p| p["status"]["phase"] == "Running" && !common::cluster::ready(p)))
         .then_some(())
     });
-    let drain = cluster.kubectl(&[
-        "drain",
-        "local",
-        "--pod-selector=app.kubernetes.io/name=media-worker",
-        "--delete-emptydir-data",
-        "--timeout=40s",
-    ]);
-    let said = String::from_utf8_lossy(&drain.stderr).into_owned();
-    cluster.kubectl_ok(&["uncordon", "local"]);
+    let drained = drain("60s");
     assert!(
-        drain.status.success(),
-        "the drain did not proceed past unready pods: {said}"
+        drained.status.success(),
+        "the drain did not proceed past unready pods: {}",
+        String::from_utf8_lossy(&drained.stderr)
     );
     d.kubectl_ok(&["delete", "deployment", "unready", "--wait=true"]);
-
-    // The worker, ready, drained with requests flowing.
-    d.kubectl_ok(&["scale", "deployment/media-worker", "--replicas=1"]);
+    stack.s3.restart();
     d.wait_ready(1, 4 * MINUTE);
-    let n = 60;
-    let responses = stack.responses();
-    stack.upload_corpus("imageio_coffee.png").await;
+    got.extend(responses.take(n - got.len(), 3 * MINUTE));
+
+    // Ready, drained with requests flowing.
     let reqs: Vec<_> = (0..n)
         .map(|i| request(&format!("d{i}"), "imageio_coffee.png").with_profile("thumb"))
         .collect();
     stack.send_all(&reqs).await;
-    let mut got = responses.take(n / 4, 2 * MINUTE);
-    cluster.kubectl_ok(&[
-        "drain",
-        "local",
-        "--pod-selector=app.kubernetes.io/name=media-worker",
-        "--delete-emptydir-data",
-        "--timeout=120s",
-    ]);
-    cluster.kubectl_ok(&["uncordon", "local"]);
-    got.extend(responses.take(n - got.len(), 3 * MINUTE));
+    got.extend(responses.take(n / 4, 2 * MINUTE));
+    let drained = drain("120s");
+    assert!(
+        drained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&drained.stderr)
+    );
+    got.extend(responses.take(2 * n - got.len(), 3 * MINUTE));
     while let Some(r) = responses.next(Duration::from_secs(5)) {
         got.push(r);
     }
     let distinct: std::collections::HashSet<_> =
         got.iter().map(|r| r.body.media_id.clone()).collect();
+    let failed: Vec<_> = got
+        .iter()
+        .filter(|r| r.body.status != Status::Completed)
+        .map(|r| (&r.body.media_id, &r.body.error))
+        .collect();
     let evictions = d.events().iter().filter(|e| e.0 == "Evicted").count();
     eprintln!(
-        "k8s scenario=drain requests={n} answers={} duplicates={} evictions={evictions}",
+        "k8s scenario=drain requests={} answers={} duplicates={} failed={} evictions={evictions}",
+        2 * n,
         got.len(),
-        got.len() - distinct.len()
+        got.len() - distinct.len(),
+        failed.len()
     );
-    assert_eq!((distinct.len(), got.len()), (n, n));
+    assert_eq!((distinct.len(), got.len()), (2 * n, 2 * n));
+    assert!(failed.is_empty(), "{failed:?}");
+}
+
+/// The dashboard's CPU and memory panels as a Prometheus that scrapes the kubelet's cAdvisor
+/// metrics (and the worker, as the ServiceMonitor would) evaluates them, while the pod
+/// encodes a video: the pod's CPU counts the job processes and ffmpeg, where the worker
+/// process's own counter (what the panels showed before) sees a small part of it; the pod's
+/// working set is more than the worker's RSS; the throttling share evaluates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboards_cpu_and_memory_panels_count_every_process_of_the_pod() {
+    let cluster = Cluster::shared();
+    let stack = Stack::start(1).await;
+    let d = Deployment::apply(&cluster, &stack, "k8s-panels", &Options::default());
+    d.wait_ready(1, 4 * MINUTE);
+    let scrape = format!(
+        "  - job_name: kubelet-cadvisor\n    scheme: https\n    metrics_path: /metrics/cadvisor\n    \
+         tls_config: {{insecure_skip_verify: true}}\n    static_configs:\n      \
+         - targets: ['127.0.0.1:{}']\n{}",
+        cluster.kubelet_port(),
+        worker_scrape(([127, 0, 0, 1], d.http_port).into(), &d.ns)
+    );
+    let prom = Prometheus::start(&scrape, None);
+    let panel = |metric: &str| {
+        let e = panel_exprs()
+            .into_iter()
+            .find(|e| e.starts_with(metric))
+            .unwrap_or_else(|| panic!("no panel expression starts with {metric}"));
+        e.replace("$namespace", &d.ns)
+            .replace("$job", "media-worker")
+            .replace("$__rate_interval", "10s")
+    };
+    let (cpu, throttled, process_cpu) = (
+        panel("sum(rate(container_cpu_usage_seconds_total"),
+        panel("sum(rate(container_cpu_cfs_throttled_periods_total"),
+        panel("sum(rate(process_cpu_seconds_total"),
+    );
+    let (memory, rss) = (
+        panel("max(container_memory_working_set_bytes"),
+        panel("max(process_resident_memory_bytes"),
+    );
+    let responses = stack.responses();
+    let dir = tempfile::tempdir().unwrap();
+    let video = synthetic::camera_like_video(dir.path(), 40, 960, 540);
+    stack.upload_file("busy.mp4", &video).await;
+    stack.send(&request("busy", "busy.mp4")).await;
+    // At work: the pod's cores as the panel shows them, the worker process's beside them.
+    let (pod, worker) = wait_for("the pod busy in the CPU panel", 3 * MINUTE, || {
+        let pod = prom.value(&cpu)?;
+        let worker = prom.value(&process_cpu)?;
+        (pod > 0.5).then_some((pod, worker))
+    });
+    let (working_set, worker_rss) = (prom.value(&memory).unwrap(), prom.value(&rss).unwrap());
+    let throttling = prom.value(&throttled);
+    eprintln!(
+        "k8s scenario=panels pod_cores={pod:.2} worker_process_cores={worker:.3} \
+         working_set={working_set:.0} worker_rss={worker_rss:.0} throttled={throttling:?}"
+    );
+    assert!(
+        pod > 4.0 * worker,
+        "pod {pod} cores, the worker process {worker}"
+    );
+    assert!(working_set > worker_rss, "{working_set} <= {worker_rss}");
+    assert!(
+        throttling.is_some_and(|t| (0.0..=1.0).contains(&t)),
+        "{throttling:?}"
+    );
+    let r = responses.next(4 * MINUTE).expect("the video answered");
+    assert_eq!(r.body.status, Status::Completed, "{:?}", r.body.error);
 }
 
 /// The pod sandbox's image scripts/k8s.sh loads (the release's own pause).

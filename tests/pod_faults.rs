@@ -38,7 +38,9 @@ impl Tmpfs {
     }
 
     fn free(&self) -> u64 {
-        media_worker::scratch::free_bytes(self.path(), 0).expect("statvfs")
+        media_worker::scratch::Space::file_system(self.path())
+            .expect("statvfs")
+            .free
     }
 
     /// Fills the filesystem until `left` bytes are free.

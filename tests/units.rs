@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::stream::{decodes, first_packet, hls, mpd_representations, playable, run};
+use common::{logged, logged_containing};
 use media_worker::config::Settings;
 use media_worker::media::sniff::Container;
 use media_worker::media::video::{ffprobe, units};
@@ -812,14 +813,6 @@ fn request_partitions(log: &str) -> std::collections::BTreeSet<i64> {
     held
 }
 
-fn logged(log: &str, message: &str) -> Vec<serde_json::Value> {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|l| l["fields"].clone())
-        .filter(|f| f["message"] == message)
-        .collect()
-}
-
 /// A unit whose sandbox child is killed (SIGSEGV) on every try, on a one-worker fleet: after
 /// its tries ([`TRIES_OF_A_CRASHING_UNIT`]) the request is answered once, `media_crashed`,
 /// naming the signal and where in the video the unit starts; the other units are skipped, not
@@ -1159,7 +1152,12 @@ async fn a_long_video_plays_on_its_audios_opening_before_the_whole_audio_is_done
     })
     .await;
     for f in 0..2 {
-        assert_ne!(split[f], split[3 - f], "partitions {f} and {} on one member", 3 - f);
+        assert_ne!(
+            split[f],
+            split[3 - f],
+            "partitions {f} and {} on one member",
+            3 - f
+        );
     }
     let responses = stack.responses();
     let mut req = common::request("opening", "long.mp4");
@@ -1736,13 +1734,4 @@ async fn a_missing_unit_topic_is_said_at_startup_and_long_videos_still_answered(
         !stack.broker.topics().contains(&missing),
         "the unit topic was created by asking for it"
     );
-}
-
-/// The fields of `log`'s lines whose message contains `text`.
-fn logged_containing(log: &str, text: &str) -> Vec<serde_json::Value> {
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|l| l["fields"].clone())
-        .filter(|f| f["message"].as_str().is_some_and(|m| m.contains(text)))
-        .collect()
 }

@@ -5,8 +5,11 @@
 //! what the cluster says about its pods (status, events, logs). Everything it reaches is on
 //! 127.0.0.1: the pods use the host's network.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -60,6 +63,16 @@ impl Cluster {
         a.extend_from_slice(args);
         a.extend_from_slice(&["-o", "json"]);
         serde_json::from_str(&self.kubectl_ok(&a)).unwrap()
+    }
+
+    /// The kubelet's port on 127.0.0.1 (HTTPS, its cAdvisor metrics at /metrics/cadvisor).
+    pub fn kubelet_port(&self) -> u16 {
+        let config = std::fs::read_to_string(self.dir.join("kubelet.yaml")).unwrap();
+        config
+            .lines()
+            .find_map(|l| l.strip_prefix("port: "))
+            .and_then(|p| p.trim().parse().ok())
+            .expect("the kubelet's port in kubelet.yaml")
     }
 
     /// The kinds deploy/k8s uses beside the core ones (tests/k8s/crds.yaml).
@@ -318,4 +331,140 @@ fn indent(text: &str, n: usize) -> String {
         .map(|l| format!("{}{l}", " ".repeat(n)))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Every worker pod's log, each read from its container's start to its end: a rollout deletes
+/// the pods it replaces, and the kubelet their log files with them, so a scenario that counts
+/// work over a rollout reads them as they grow. Each file (the kubelet's, in the cluster's
+/// directory: nothing dials the node) is kept open once seen, so that what a pod wrote last is
+/// still read after the kubelet unlinks it.
+pub struct PodLogs {
+    logs: Arc<Mutex<BTreeMap<String, Followed>>>,
+    stop: Arc<AtomicBool>,
+    /// The watcher's passes over the files so far.
+    passes: Arc<std::sync::atomic::AtomicU64>,
+    watcher: Option<std::thread::JoinHandle<()>>,
+}
+
+/// One pod's worker log so far (the CRI lines' content, partial lines joined) and its files
+/// still there.
+#[derive(Default)]
+struct Followed {
+    text: String,
+    partial: String,
+    open: Vec<(PathBuf, std::fs::File)>,
+}
+
+impl Followed {
+    /// Reads what each open file has gained; closes the unlinked ones once read.
+    fn read(&mut self) {
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
+        let mut gained = Vec::new();
+        self.open.retain_mut(|(_, f)| {
+            let gone = f.metadata().map_or(true, |m| m.nlink() == 0);
+            let _ = f.read_to_end(&mut gained);
+            !gone
+        });
+        // `{time} {stream} {P|F} {content}`: P, a partial line continued by the next.
+        for line in String::from_utf8_lossy(&gained).lines() {
+            let mut parts = line.splitn(4, ' ');
+            let (_, _, tag, content) = (parts.next(), parts.next(), parts.next(), parts.next());
+            self.partial.push_str(content.unwrap_or(""));
+            if tag != Some("P") {
+                self.text.push_str(&std::mem::take(&mut self.partial));
+                self.text.push('\n');
+            }
+        }
+    }
+}
+
+impl PodLogs {
+    /// Follows the worker container of every pod the deployment has or will have.
+    pub fn follow(d: &Deployment) -> PodLogs {
+        let logs = Arc::new(Mutex::new(BTreeMap::<String, Followed>::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let passes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let root = d.cluster.dir.join("pod-logs");
+        let prefix = format!("{}_", d.ns);
+        let watcher = {
+            let (logs, stop, passes) = (logs.clone(), stop.clone(), passes.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let mut logs = logs.lock().unwrap();
+                    // `{ns}_{pod}_{uid}/media-worker/{restart}.log`
+                    for e in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+                        let name = e.file_name().to_string_lossy().into_owned();
+                        let Some(pod) = name.strip_prefix(&prefix).and_then(|r| r.rsplit_once('_'))
+                        else {
+                            continue;
+                        };
+                        let followed = logs.entry(pod.0.to_owned()).or_default();
+                        let dir = e.path().join("media-worker");
+                        for f in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                            let path = f.path();
+                            if followed.open.iter().any(|(p, _)| *p == path) {
+                                continue;
+                            }
+                            if let Ok(file) = std::fs::File::open(&path) {
+                                followed.open.push((path, file));
+                            }
+                        }
+                    }
+                    for f in logs.values_mut() {
+                        f.read();
+                    }
+                    drop(logs);
+                    passes.fetch_add(1, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+        };
+        PodLogs {
+            logs,
+            stop,
+            passes,
+            watcher: Some(watcher),
+        }
+    }
+
+    /// Each pod's log so far, by pod name.
+    pub fn snapshot(&self) -> Vec<(String, String)> {
+        self.logs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(pod, f)| (pod.clone(), f.text.clone()))
+            .collect()
+    }
+
+    /// Every pod's whole log, once every pod but the deployment's current ones has gone from
+    /// the API: a pod is deleted once its containers have stopped, so its log is whole after
+    /// one more pass of the watcher.
+    pub fn whole(&self, d: &Deployment) -> Vec<(String, String)> {
+        let running: Vec<String> = d
+            .pods()
+            .iter()
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        let passed = self.passes.load(Ordering::SeqCst);
+        while self.passes.load(Ordering::SeqCst) < passed + 2 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let logs = self.snapshot();
+        assert!(
+            running.iter().all(|p| logs.iter().any(|(q, _)| q == p)),
+            "{running:?} unread"
+        );
+        logs
+    }
+}
+
+impl Drop for PodLogs {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(w) = self.watcher.take() {
+            let _ = w.join();
+        }
+    }
 }

@@ -19,6 +19,7 @@ pub mod container;
 pub mod http;
 pub mod inputs;
 pub mod lines;
+pub mod prometheus;
 pub mod sandbox;
 pub mod stack;
 pub mod storage;
@@ -38,7 +39,7 @@ pub use stack::{Stack, request};
 #[allow(unused_imports)]
 pub use storage::S3;
 #[allow(unused_imports)]
-pub use worker::Worker;
+pub use worker::{Worker, logged, logged_containing};
 
 pub const ACCESS_KEY: &str = "test-access";
 pub const SECRET_KEY: &str = "test-secret-key";

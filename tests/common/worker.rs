@@ -229,3 +229,21 @@ pub fn jobs(addr: SocketAddr) -> Vec<serde_json::Value> {
         .and_then(|v| v["jobs"].as_array().cloned())
         .unwrap_or_default()
 }
+
+/// The fields of each line of a worker's JSON `log` whose message is `message`.
+pub fn logged(log: &str, message: &str) -> Vec<serde_json::Value> {
+    logged_where(log, |m| m == message)
+}
+
+/// The fields of each line of a worker's JSON `log` whose message contains `text`.
+pub fn logged_containing(log: &str, text: &str) -> Vec<serde_json::Value> {
+    logged_where(log, |m| m.contains(text))
+}
+
+fn logged_where(log: &str, keep: impl Fn(&str) -> bool) -> Vec<serde_json::Value> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|l| l["fields"].clone())
+        .filter(|f| f["message"].as_str().is_some_and(&keep))
+        .collect()
+}
