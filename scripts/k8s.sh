@@ -258,8 +258,10 @@ evictionHard:
 syncFrequency: 10s
 fileCheckFrequency: 10s
 EOF
+  # `--containerd`: where cAdvisor (in the kubelet) finds the runtime that names each container
+  # cgroup; without it /metrics/cadvisor has pod-level series only, none per container.
   start kubelet "$BIN/kubelet" --config "$DIR/kubelet.yaml" --kubeconfig "$DIR/kubeconfig" \
-    --root-dir "$DIR/kubelet" --hostname-override local
+    --root-dir "$DIR/kubelet" --hostname-override local --containerd "$DIR/containerd/containerd.sock"
   wait_for "a Ready node" 120 bash -c "'${kubectl[0]}' --kubeconfig '$DIR/kubeconfig' get node local -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
   wait_for "the default service account" 60 "${kubectl[@]}" -n default get serviceaccount default
   local image

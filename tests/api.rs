@@ -461,15 +461,8 @@ async fn scanning_profile_refuses_malware_in_the_pipeline() {
         .send(&request("clean", "imageio_coffee.png").with_profile("scanned"))
         .await;
     let got = responses.take(2, MINUTE);
-    let by_id = |id: &str| {
-        got.iter()
-            .find(|r| r.body.media_id.as_deref() == Some(id))
-            .unwrap()
-            .body
-            .clone()
-    };
 
-    let bad = by_id("infected");
+    let bad = answer_to(&got, "infected");
     let e = bad.error.as_ref().unwrap();
     assert_eq!(
         (e.code, e.stage, e.retryable, bad.status),
@@ -500,7 +493,7 @@ async fn scanning_profile_refuses_malware_in_the_pipeline() {
         "nothing written for the infected upload"
     );
 
-    let good = by_id("clean");
+    let good = answer_to(&got, "clean");
     assert_eq!(good.status, Status::Completed, "{good:?}");
     let a = good.analysis.as_ref().unwrap();
     assert!(a.image().is_some() && a.scan().unwrap().clean);

@@ -357,6 +357,15 @@ pub struct Received {
     pub traceparent: Option<String>,
 }
 
+/// The response to `id` among `got`; panics when there is none.
+pub fn answer_to(got: &[Received], id: &str) -> OptimizeResponse {
+    got.iter()
+        .find(|r| r.body.media_id.as_deref() == Some(id))
+        .unwrap_or_else(|| panic!("no answer to {id}"))
+        .body
+        .clone()
+}
+
 /// Drops an rdkafka client on a thread of its own and waits for it at most 10 s. A consumer
 /// with a group id polls in its drop until librdkafka reports it closed, without a bound
 /// (rust-rdkafka #509); a test must fail, never hang.

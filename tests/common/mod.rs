@@ -27,7 +27,7 @@ pub mod stream;
 pub mod worker;
 
 #[allow(unused_imports)]
-pub use broker::{Broker, Received, Responses, produce_all};
+pub use broker::{Broker, Received, Responses, answer_to, produce_all};
 #[allow(unused_imports)]
 pub use clamd::{Clamd, EICAR, EICAR_SIGNATURE};
 #[allow(unused_imports)]
