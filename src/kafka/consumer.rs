@@ -23,6 +23,11 @@
 //!   (librdkafka keeps a partition's pause flag while it is away). Pausing is not the first
 //!   reaction because librdkafka discards the prefetch on pause and takes about half a second
 //!   to fetch again after resume, which would cap short jobs at `max_in_flight` per cycle.
+//! - Each lane holds up to its depth of each partition's messages, taken from those queues in
+//!   order ([`LookAhead`]), and gives the first urgent one held to a job first, else the
+//!   partitions' next in turn (`kafka::ahead`): the unit lane's urgent tasks are those that
+//!   make a video playable or answer it, which would otherwise wait behind every unit other
+//!   videos sent first. A held message is unfinished for the offsets, never committed past.
 //! - The loop sleeps on its command channel: acks, shutdown commands and librdkafka's
 //!   "queue no longer empty" callbacks all wake it (`safety_poll_ms` bounds the sleep, a net
 //!   for a missed wake). A partition's queue is taken from librdkafka once per assignment
@@ -64,6 +69,7 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::{ClientContext, Offset, Statistics, TopicPartitionList};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
+use super::ahead::{Ahead, Held};
 use super::flow::{Flow, Intake, Places};
 use super::offsets::{OffsetToken, OffsetTracker, Tp};
 use super::settings::{GroupProtocol, KafkaSettings};
@@ -545,6 +551,25 @@ struct LoopConfig {
     commit_interval: Duration,
     /// Scratch space is one of the checks that gate intake (`Health::intake_blocker`).
     scratch_dir: std::path::PathBuf,
+    look: LookAhead,
+}
+
+/// How a lane chooses among the messages it has fetched (`kafka::ahead`): how many of each
+/// partition it holds, and which go first.
+#[derive(Debug, Clone, Copy)]
+pub struct LookAhead {
+    /// Messages held per partition (at least 1).
+    pub depth: usize,
+    /// Whether a message (by its key) goes before the others held.
+    pub urgent: fn(Option<&[u8]>) -> bool,
+}
+
+impl LookAhead {
+    /// One message of each partition at a time, in turn: the request lane's.
+    pub const IN_TURN: LookAhead = LookAhead {
+        depth: 1,
+        urgent: |_| false,
+    };
 }
 
 impl KafkaSource {
@@ -556,6 +581,7 @@ impl KafkaSource {
         lane: Lane,
         bound: Bound,
         scratch_dir: std::path::PathBuf,
+        look: LookAhead,
         metrics: Arc<Metrics>,
         health: Arc<Health>,
     ) -> KafkaResult<Option<(KafkaSource, UnboundedReceiver<Delivery>)>> {
@@ -591,6 +617,7 @@ impl KafkaSource {
             group_protocol: settings.group_protocol,
             commit_interval: Duration::from_millis(settings.commit_interval_ms),
             scratch_dir,
+            look,
         };
         let out = Dispatcher {
             events: ev_tx,
@@ -646,7 +673,30 @@ fn waker(commands: &Sender<Command>) -> impl Fn() + Send + Sync + 'static {
 type Consumer = Arc<BaseConsumer<SourceContext>>;
 type Queues = Vec<(Tp, PartitionQueue<SourceContext>)>;
 
-/// What the loop does with each polled message.
+/// A polled message, owned: what a job gets of it, held until it goes (`kafka::ahead`).
+struct Fetched {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    key: Option<Vec<u8>>,
+    payload: Option<Vec<u8>>,
+    traceparent: Option<String>,
+}
+
+impl Fetched {
+    fn of(m: &BorrowedMessage<'_>) -> Fetched {
+        Fetched {
+            topic: m.topic().to_owned(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            payload: m.payload().map(<[u8]>::to_vec),
+            traceparent: traceparent(m),
+        }
+    }
+}
+
+/// What the loop does with each message it takes.
 struct Dispatcher {
     events: UnboundedSender<Delivery>,
     acker: Acker,
@@ -655,23 +705,23 @@ struct Dispatcher {
 
 impl Dispatcher {
     /// Records `m` as in flight and hands it to the worker (unless stopping or revoked).
-    fn dispatch(&self, ctx: &SourceContext, m: &BorrowedMessage<'_>) {
+    fn dispatch(&self, ctx: &SourceContext, m: Fetched) {
         let token = {
             let mut st = ctx.state.lock().unwrap();
             if st.stopping {
                 return; // not dispatched, not committed: redelivered later
             }
-            st.tracker.dispatched(m.topic(), m.partition(), m.offset())
+            st.tracker.dispatched(&m.topic, m.partition, m.offset)
         };
         let Some(token) = token else { return };
         ctx.metrics.requests_received.inc();
         let d = Delivery {
-            topic: m.topic().to_owned(),
-            partition: m.partition(),
-            offset: m.offset(),
-            key: m.key().map(<[u8]>::to_vec),
-            payload: m.payload().map(<[u8]>::to_vec),
-            traceparent: traceparent(m),
+            topic: m.topic,
+            partition: m.partition,
+            offset: m.offset,
+            key: m.key,
+            payload: m.payload,
+            traceparent: m.traceparent,
             token,
             lane: self.lane,
             acker: self.acker.clone(),
@@ -699,6 +749,7 @@ fn poll_loop(consumer: Consumer, out: Dispatcher, cfg: LoopConfig, wake: Sender<
     let ctx = consumer.context().clone();
     let mut queues: Queues = Vec::new();
     let mut flow = Flow::new(cfg.bound.max(cfg.lane), cfg.commit_interval, Instant::now());
+    let mut ahead = Ahead::new(cfg.look.depth);
     let mut intake_blocker = None;
     loop {
         // Serve the consumer's queue: rebalances run their callbacks in here. A message can
@@ -708,7 +759,7 @@ fn poll_loop(consumer: Consumer, out: Dispatcher, cfg: LoopConfig, wake: Sender<
         // a burst of log lines (a broker down) hold a rebalance back at one event per turn.
         for _ in 0..EVENTS_PER_TURN {
             match consumer.poll(Duration::ZERO) {
-                Some(Ok(m)) => out.dispatch(&ctx, &m),
+                Some(Ok(m)) => out.dispatch(&ctx, Fetched::of(&m)),
                 Some(Err(e)) => tracing::warn!(error = %e, "consumer error"),
                 None => {}
             }
@@ -737,6 +788,7 @@ fn poll_loop(consumer: Consumer, out: Dispatcher, cfg: LoopConfig, wake: Sender<
                 drop(std::mem::take(&mut queues));
                 let assigned = st.tracker.partitions().cloned().collect();
                 queues = split_queues(&consumer, assigned, &wake);
+                ahead.retain(|tp, generation| st.tracker.generation(tp) == Some(generation));
             }
             let in_flight = cfg.bound.set(cfg.lane, st.tracker.in_flight());
             let blocker = ctx.health.intake_blocker(&cfg.scratch_dir);
@@ -762,25 +814,46 @@ fn poll_loop(consumer: Consumer, out: Dispatcher, cfg: LoopConfig, wake: Sender<
             }
             turn
         };
-        // Take messages round-robin over the partitions, up to the bound, each counted as it
-        // is taken: the other lane takes beside this one.
-        let mut room = turn.room;
-        let mut idle = 0;
-        while room > 0 && idle < queues.len() && cfg.bound.take(cfg.lane) {
-            let (_, queue) = &queues[flow.next_queue(queues.len())];
-            match queue.poll(Duration::ZERO) {
-                Some(Ok(m)) => {
-                    out.dispatch(&ctx, &m);
-                    room -= 1;
-                    idle = 0;
+        // Read ahead: each partition's messages held, in order, up to the lane's depth.
+        let mut fetched = Vec::new();
+        for (tp, queue) in &queues {
+            for _ in 0..ahead.room(tp) {
+                match queue.poll(Duration::ZERO) {
+                    Some(Ok(m)) => fetched.push((tp.clone(), Fetched::of(&m))),
+                    Some(Err(e)) => tracing::warn!(error = %e, "consumer error"),
+                    None => break,
                 }
-                Some(Err(e)) => {
-                    cfg.bound.give_back(cfg.lane);
-                    tracing::warn!(error = %e, "consumer error");
+            }
+        }
+        if !fetched.is_empty() {
+            let mut st = ctx.state.lock().unwrap();
+            for (tp, m) in fetched {
+                let Some(generation) = st.tracker.held(&tp.0, tp.1, m.offset) else {
+                    continue; // finished work, or a partition gone meanwhile
+                };
+                let urgent = (cfg.look.urgent)(m.key.as_deref());
+                let offset = m.offset;
+                let held = Held {
+                    offset,
+                    generation,
+                    urgent,
+                    message: m,
+                };
+                ahead.hold(tp, held);
+            }
+        }
+        // Take the held messages, urgent ones first (`kafka::ahead`), up to the bound, each
+        // counted as it is taken: the other lane takes beside this one.
+        let mut room = turn.room;
+        while room > 0 && !ahead.is_empty() && cfg.bound.take(cfg.lane) {
+            match ahead.next() {
+                Some((_, held)) => {
+                    out.dispatch(&ctx, held.message);
+                    room -= 1;
                 }
                 None => {
                     cfg.bound.give_back(cfg.lane);
-                    idle += 1;
+                    break;
                 }
             }
         }

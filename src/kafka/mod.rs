@@ -1,7 +1,9 @@
 //! Kafka mechanics: the consumer's poll loop, offsets and rebalances ([`consumer`]), the offset
-//! rule ([`offsets`]), the intake decisions ([`flow`]), the response producer ([`producer`]), the client settings
+//! rule ([`offsets`]), the intake decisions ([`flow`]), which fetched message goes first
+//! ([`ahead`]), the response producer ([`producer`]), the client settings
 //! ([`client`]) and where the unit group starts ([`handover`]). Nothing here touches pixels.
 
+pub mod ahead;
 pub mod client;
 pub mod consumer;
 pub mod flow;
@@ -10,6 +12,6 @@ pub mod offsets;
 pub mod producer;
 pub mod settings;
 
-pub use consumer::{Acker, Bound, Delivery, KafkaSource, Lane};
+pub use consumer::{Acker, Bound, Delivery, KafkaSource, Lane, LookAhead};
 pub use producer::Publisher;
 pub use settings::{GroupProtocol, KafkaSettings};

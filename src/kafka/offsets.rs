@@ -3,13 +3,17 @@
 //! Jobs finish out of order. Kafka stores one position per partition, meaning "everything
 //! below this is done", so we may commit only up to the first unfinished offset: committing a
 //! later job's offset would skip an earlier, slower one after a crash. Messages arrive in
-//! offset order within a partition, so `next` (one past the highest dispatched) is the position
+//! offset order within a partition, so `next` (one past the highest dispatched or held) is the position
 //! once nothing is in flight.
 //!
 //! Each assignment of a partition gets a new generation: a job that finishes after its
 //! partition was revoked (and perhaps assigned again) carries the old generation and is ignored,
 //! so it never commits for a partition this worker no longer owns. Such a job still runs, so it
 //! still counts in [`OffsetTracker::in_flight`] (against `MAX_IN_FLIGHT`) until it ends.
+//!
+//! A message can be held before it is dispatched (`kafka::ahead`: fetched, waiting while an
+//! urgent one later in its partition goes first): it holds the position back as one in flight
+//! does, but does not count in flight.
 //!
 //! A message below the partition's committed position is finished work (a commit covers only
 //! finished offsets): one fetched before a rebalance split the partition's queue can still
@@ -39,7 +43,10 @@ pub struct OffsetToken {
 struct PartitionState {
     generation: u64,
     in_flight: BTreeSet<i64>,
-    /// One past the highest dispatched offset.
+    /// Fetched and held for a job, not dispatched yet (`kafka::ahead`): unfinished, not in
+    /// flight.
+    held: BTreeSet<i64>,
+    /// One past the highest dispatched or held offset.
     next: Option<i64>,
     /// Last position sent in a commit not known to have failed.
     sent: Option<i64>,
@@ -51,7 +58,13 @@ struct PartitionState {
 
 impl PartitionState {
     fn position(&self) -> Option<i64> {
-        self.in_flight.first().copied().or(self.next)
+        let unfinished = [self.in_flight.first(), self.held.first()];
+        unfinished
+            .into_iter()
+            .flatten()
+            .min()
+            .copied()
+            .or(self.next)
     }
 }
 
@@ -90,14 +103,34 @@ impl OffsetTracker {
         self.parts.keys()
     }
 
-    /// Records a message handed to a job; `None` if its partition is not assigned, or if the
-    /// offset is below the position already committed (finished work: not done twice).
+    /// Records a message fetched and held for a job (`kafka::ahead`): unfinished, so no
+    /// position passes it until it is dispatched and finished, but not in flight. Its
+    /// partition's generation; `None` as for [`OffsetTracker::dispatched`].
+    pub fn held(&mut self, topic: &str, partition: i32, offset: i64) -> Option<u64> {
+        let st = self.parts.get_mut(&(topic.to_owned(), partition))?;
+        if st.sent.max(st.committed).is_some_and(|c| offset < c) {
+            return None;
+        }
+        st.held.insert(offset);
+        st.next = Some(st.next.map_or(offset + 1, |n| n.max(offset + 1)));
+        Some(st.generation)
+    }
+
+    /// The generation of `tp`'s assignment, if it is assigned.
+    pub fn generation(&self, tp: &Tp) -> Option<u64> {
+        self.parts.get(tp).map(|st| st.generation)
+    }
+
+    /// Records a message handed to a job (held before, or not); `None` if its partition is not
+    /// assigned, or if the offset is below the position already committed (finished work: not
+    /// done twice).
     pub fn dispatched(&mut self, topic: &str, partition: i32, offset: i64) -> Option<OffsetToken> {
         let st = self.parts.get_mut(&(topic.to_owned(), partition))?;
         // Sent positions cover finished work only, whether or not the broker has taken them.
         if st.sent.max(st.committed).is_some_and(|c| offset < c) {
             return None;
         }
+        st.held.remove(&offset);
         st.in_flight.insert(offset);
         st.next = Some(st.next.map_or(offset + 1, |n| n.max(offset + 1)));
         Some(OffsetToken {
@@ -206,6 +239,31 @@ mod tests {
         assert!(t.finished(&a));
         assert_eq!(t.committable(false), vec![(tp(0), 13)]);
         assert_eq!(t.in_flight(), 0);
+    }
+
+    /// A held message (fetched, not yet given to a job: `kafka::ahead`) holds the position
+    /// back like one in flight, without counting in flight; a later one dispatched before it
+    /// and finished moves nothing past it; once it is dispatched and finished, the position
+    /// goes past both.
+    #[test]
+    fn a_held_message_is_never_committed_past_and_is_not_in_flight() {
+        let mut t = OffsetTracker::default();
+        t.assign(tp(0));
+        let generation = t.held("req", 0, 10).unwrap();
+        assert_eq!(t.generation(&tp(0)), Some(generation));
+        t.held("req", 0, 11).unwrap();
+        assert_eq!(t.in_flight(), 0);
+        let later = t.dispatched("req", 0, 11).unwrap();
+        assert_eq!(t.in_flight(), 1);
+        assert!(t.finished(&later));
+        assert_eq!(t.committable(false), vec![(tp(0), 10)]);
+        let first = t.dispatched("req", 0, 10).unwrap();
+        assert!(t.finished(&first));
+        assert_eq!(t.committable(false), vec![(tp(0), 12)]);
+        // Revoked while held: its generation is gone, as its partition.
+        t.held("req", 0, 12).unwrap();
+        t.revoke(&tp(0));
+        assert_eq!((t.generation(&tp(0)), t.in_flight()), (None, 0));
     }
 
     #[test]

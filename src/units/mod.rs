@@ -168,6 +168,20 @@ impl Task {
         }
     }
 
+    /// Whether a unit-topic task, by its key ([`Task::key`]), goes before the other tasks a
+    /// member holds (`kafka::ahead`): a plan's first unit and its audio's opening (what makes
+    /// its stream playable) and its stitch (what answers it); not the other units, nor the
+    /// whole audio (the opening plays until it lands).
+    pub fn is_urgent_key(key: Option<&[u8]>) -> bool {
+        let Some(key) = key.and_then(|k| std::str::from_utf8(k).ok()) else {
+            return false;
+        };
+        match key.split_once('/') {
+            None => true,
+            Some((_, part)) => part == "0" || part == "opening",
+        }
+    }
+
     /// `{plan_id}/{index}`: one video's units over many partitions; `{plan_id}/audio`,
     /// `{plan_id}/opening`; the stitch `{plan_id}`.
     pub fn key(&self) -> String {
@@ -279,6 +293,21 @@ mod tests {
             bucket: "media".into(),
             prefix: format!("u/videos/m/units/{id}/"),
         }
+    }
+
+    /// What makes a video playable (its first unit, its audio's opening) and what answers it
+    /// (its stitch) go first; the other units and the whole audio in their turn.
+    #[test]
+    fn a_plans_first_unit_opening_and_stitch_are_urgent_by_their_keys() {
+        let p = plan("00000000deadbeef");
+        let urgent = |t: Task| Task::is_urgent_key(Some(t.key().as_bytes()));
+        assert!(urgent(Task::unit(&p, 0)));
+        assert!(urgent(Task::opening(&p)));
+        assert!(urgent(Task::stitch(&p)));
+        assert!(!urgent(Task::unit(&p, 1)));
+        assert!(!urgent(Task::unit(&p, 10)));
+        assert!(!urgent(Task::audio(&p)));
+        assert!(!Task::is_urgent_key(None));
     }
 
     #[test]

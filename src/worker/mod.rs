@@ -22,7 +22,7 @@ use crate::job::{JobRunner, Services};
 use crate::kafka::flow::Places;
 use crate::kafka::handover::{self, Seeded};
 use crate::kafka::producer::TaskSender;
-use crate::kafka::{Bound, Delivery, KafkaSource, Lane, Publisher};
+use crate::kafka::{Bound, Delivery, KafkaSource, Lane, LookAhead, Publisher};
 use crate::shutdown::{Shutdown, Stoppable, Stopped};
 use progress::Progress;
 use task::Ctx;
@@ -48,6 +48,14 @@ struct Intake {
 
 type Deliveries = tokio::sync::mpsc::UnboundedReceiver<Delivery>;
 
+/// The unit lane's choice among the tasks it has fetched (`kafka::ahead`): a plan's first unit,
+/// its audio's opening and its stitch before the other tasks held, looked for up to 256 deep
+/// in each partition (four 20-minute videos at once are 600 units over the partitions).
+const UNIT_LOOK_AHEAD: LookAhead = LookAhead {
+    depth: 256,
+    urgent: crate::units::Task::is_urgent_key,
+};
+
 /// How often a worker asks the broker whether its unit topic exists (and how many partitions
 /// it has): a topic created or grown after the pods started is used from then on.
 const UNIT_TOPIC_CHECK: Duration = Duration::from_secs(30);
@@ -58,12 +66,16 @@ impl Intake {
         let mut sources = Vec::new();
         let mut deliveries = Vec::new();
         let bound = bound(settings);
-        for lane in [Lane::Requests, Lane::Units] {
+        for (lane, look) in [
+            (Lane::Requests, LookAhead::IN_TURN),
+            (Lane::Units, UNIT_LOOK_AHEAD),
+        ] {
             let started = KafkaSource::start(
                 &settings.kafka,
                 lane,
                 bound.clone(),
                 settings.worker.tmp_dir.clone(),
+                look,
                 svc.metrics.clone(),
                 health.clone(),
             )?;
