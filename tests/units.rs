@@ -994,6 +994,87 @@ async fn a_photo_does_not_wait_for_a_one_permit_workers_unit() {
     common::clean_and_well(&worker, 2);
 }
 
+/// A video's first unit goes before the units another video sent earlier to the same
+/// partition (`kafka::ahead`): one worker (one permit), a unit topic of one partition, a
+/// 160 s video (20 units) under way, then a 64 s one: the second's first unit (what makes it
+/// playable) is taken while the first still has units waiting, rather than after all of them
+/// (a partition is a queue: taken in order, it waited for the first video's last unit and its
+/// stitch). Both are answered once, completed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_videos_first_unit_goes_before_the_first_videos_queued_units() {
+    let stack = common::Stack::start(1).await;
+    let unit_topic = stack.own("media.optimize.units");
+    stack.broker.create_topic(&unit_topic, 1);
+    let dir = tempfile::tempdir().unwrap();
+    for (key, secs) in [("first.mp4", 160), ("second.mp4", 64)] {
+        let source = common::synthetic::camera_like_video(dir.path(), secs, 320, 180);
+        let named = dir.path().join(key);
+        std::fs::rename(&source, &named).unwrap();
+        stack.upload_file(key, &named).await;
+    }
+    let mut env = stack.worker_env("ahead");
+    for (k, v) in [
+        ("KAFKA_UNIT_TOPIC", unit_topic.as_str()),
+        ("WORKER_POOL_SIZE", "1"),
+        ("FFMPEG_PRESET", "ultrafast"),
+        ("MEDIA_WORKER_PROFILES__STREAMING__UNITS_AFTER_SECS", "20"),
+    ] {
+        env.insert(k.into(), v.into());
+    }
+    let worker = common::Worker::start(&env);
+    worker.ready().await;
+    let responses = stack.responses();
+    let request = |id: &str, key: &str| {
+        let mut r = common::request(id, key);
+        r.profile = Some("streaming".into());
+        r
+    };
+    stack.send(&request("first", "first.mp4")).await;
+    // Every task of the first video is in the partition once its plan sent them: its second
+    // unit taken.
+    common::wait_until(
+        "the first video's second unit taken",
+        2 * common::MINUTE,
+        || {
+            logged(&worker.log(), "part taken")
+                .iter()
+                .any(|f| f["part"] == "unit 1")
+                .then_some(())
+        },
+    )
+    .await;
+    stack.send(&request("second", "second.mp4")).await;
+    let mut answered = vec![completed(&responses).key, completed(&responses).key];
+    answered.sort();
+    assert_eq!(answered, ["first", "second"]);
+    assert!(
+        responses.next(Duration::from_secs(3)).is_none(),
+        "one answer each"
+    );
+    let taken: Vec<(String, String)> = logged(&worker.log(), "part taken")
+        .iter()
+        .map(|f| {
+            (
+                f["plan"].as_str().unwrap().to_owned(),
+                f["part"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let first_plan = taken[0].0.clone();
+    let second_zero = taken
+        .iter()
+        .position(|(plan, part)| *plan != first_plan && part == "unit 0")
+        .unwrap_or_else(|| panic!("the second video's unit 0 never taken: {taken:?}"));
+    let first_units_after = taken[second_zero..]
+        .iter()
+        .filter(|(plan, part)| *plan == first_plan && part.starts_with("unit "))
+        .count();
+    assert!(
+        first_units_after >= 3,
+        "the first video's units taken after the second's first: {first_units_after} ({taken:?})"
+    );
+}
+
 /// Playable before it is done (`early_playback`): once the first unit lands, the master
 /// playlist names the lowest rung and the audio, the rung's playlist is an EVENT playlist
 /// without an end whose every segment is in S3 and decodes, and the unit's progress event
