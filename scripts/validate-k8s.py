@@ -144,6 +144,10 @@ def worker(target, docs, env, binary):
         max_input = int(env.get("MAX_INPUT_BYTES", MAX_INPUT_BYTES))
         check(max_input <= stream, target,
               f"MAX_INPUT_BYTES {max_input} > clamd's StreamMaxLength {stream}")
+    # Every overlay a cluster pulls from names a registry (the base's `media-worker:latest` is
+    # in none); the local cluster's images are imported, never pulled.
+    if target.startswith("overlays/") and target != "overlays/local-cluster":
+        check("/" in c["image"], target, f"image {c['image']} names no registry")
     if w["kind"] == "StatefulSet":
         names = [e["name"] for e in c.get("env", [])]
         check("KAFKA_GROUP_INSTANCE_ID" in names, target, "static membership needs KAFKA_GROUP_INSTANCE_ID")
@@ -161,6 +165,16 @@ def custom_resources(target, docs, env, workload):
         check(pdb["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow", target,
               "the PodDisruptionBudget blocks drains while the pods are unready "
               "(unhealthyPodEvictionPolicy is not AlwaysAllow)")
+    # Egress on 443 (S3) reaches no private or link-local address: the API server answers on
+    # 443 there on many clusters, the metadata endpoint on 169.254.169.254.
+    for pol in (d for d in docs if d["kind"] == "NetworkPolicy"):
+        for rule in pol["spec"].get("egress", []):
+            if not any(p.get("port") == 443 for p in rule.get("ports", [])):
+                continue
+            blocks = [t.get("ipBlock") for t in rule.get("to", [])]
+            private = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"]
+            check(blocks and all(b and set(private) <= set(b.get("except", [])) for b in blocks),
+                  target, "egress on 443 reaches private addresses (the API server)")
     services = [d for d in docs if d["kind"] == "Service"]
     for d in docs:
         kind, spec = d["kind"], d.get("spec", {})
