@@ -70,7 +70,7 @@ impl<T> Ahead<T> {
 
     /// The message to hand to a job next: the first urgent one, the partitions searched in
     /// turn, else the next partition's first; `None` when nothing is held.
-    pub fn next(&mut self) -> Option<(Tp, Held<T>)> {
+    pub fn pick(&mut self) -> Option<(Tp, Held<T>)> {
         let holding: Vec<Tp> = self
             .held
             .iter()
@@ -128,7 +128,7 @@ mod tests {
     }
 
     fn drain(a: &mut Ahead<&'static str>) -> Vec<(i32, i64)> {
-        std::iter::from_fn(|| a.next().map(|(tp, h)| (tp.1, h.offset))).collect()
+        std::iter::from_fn(|| a.pick().map(|(tp, h)| (tp.1, h.offset))).collect()
     }
 
     /// With nothing urgent, the partitions' heads in turn, each partition in its order: the
@@ -162,7 +162,7 @@ mod tests {
             a.hold(tp(1), held(100 + o, false));
         }
         let first: Vec<(i32, i64)> = (0..2)
-            .filter_map(|_| a.next())
+            .filter_map(|_| a.pick())
             .map(|(t, h)| (t.1, h.offset))
             .collect();
         assert_eq!(first, [(0, 12), (0, 17)]);
@@ -177,7 +177,7 @@ mod tests {
         a.hold(tp(0), held(0, false));
         a.hold(tp(0), held(1, false));
         assert_eq!((a.room(&tp(0)), a.room(&tp(1))), (0, 2));
-        a.next();
+        a.pick();
         assert_eq!(a.room(&tp(0)), 1);
     }
 

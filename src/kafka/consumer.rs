@@ -846,7 +846,7 @@ fn poll_loop(consumer: Consumer, out: Dispatcher, cfg: LoopConfig, wake: Sender<
         // counted as it is taken: the other lane takes beside this one.
         let mut room = turn.room;
         while room > 0 && !ahead.is_empty() && cfg.bound.take(cfg.lane) {
-            match ahead.next() {
+            match ahead.pick() {
                 Some((_, held)) => {
                     out.dispatch(&ctx, held.message);
                     room -= 1;

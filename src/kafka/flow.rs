@@ -1,7 +1,7 @@
 //! The poll thread's intake decisions, free of librdkafka so that they can be unit-tested:
 //! whether the assigned partitions should be paused or resumed, whether the periodic commit is
-//! due, how many messages may be taken this turn, and from which partition queue next (see the
-//! protocol in `consumer`). Each consumer of a worker (the request lane, the unit lane) has a
+//! due and how many messages may be taken this turn (which of those fetched goes next is
+//! `kafka::ahead`'s; see the protocol in `consumer`). Each consumer of a worker (the request lane, the unit lane) has a
 //! [`Flow`] of its own.
 //!
 //! Fairness between a long video's units and everything else ([`Places`]): `MAX_IN_FLIGHT`
@@ -33,7 +33,6 @@ pub struct Flow {
     /// Since when `max_in_flight` messages have been unfinished.
     saturated_since: Option<Instant>,
     last_commit: Instant,
-    next_queue: usize,
 }
 
 /// The consumer's state a turn decides from.
@@ -103,7 +102,6 @@ impl Flow {
             commit_interval,
             saturated_since: None,
             last_commit: now,
-            next_queue: 0,
         }
     }
 
@@ -145,13 +143,6 @@ impl Flow {
             commit,
             room,
         }
-    }
-
-    /// The partition queue to poll next, round-robin over `queues` (> 0). After a rebalance
-    /// the list may be shorter: the index wraps.
-    pub fn next_queue(&mut self, queues: usize) -> usize {
-        self.next_queue = (self.next_queue + 1) % queues;
-        self.next_queue
     }
 }
 
@@ -252,20 +243,6 @@ mod tests {
         assert!(f.turn(at(t0, 1000), 0, at_state(false, false)).commit);
         assert!(!f.turn(at(t0, 1500), 0, at_state(false, false)).commit);
         assert!(f.turn(at(t0, 2000), 0, at_state(false, false)).commit);
-    }
-
-    #[test]
-    fn queues_are_served_in_turn_and_a_shorter_list_after_a_revoke_wraps() {
-        let mut f = Flow::new(4, COMMIT, Instant::now());
-        let order: Vec<usize> = (0..6).map(|_| f.next_queue(3)).collect();
-        assert_eq!(order, [1, 2, 0, 1, 2, 0]);
-        // Two of four partitions revoked while the index pointed at the last one.
-        let mut f = Flow::new(4, COMMIT, Instant::now());
-        for _ in 0..3 {
-            f.next_queue(4);
-        }
-        let after: Vec<usize> = (0..4).map(|_| f.next_queue(2)).collect();
-        assert_eq!(after, [0, 1, 0, 1]);
     }
 
     #[test]

@@ -352,7 +352,8 @@ pub struct PodLogs {
 struct Followed {
     text: String,
     partial: String,
-    open: Vec<(PathBuf, std::fs::File)>,
+    /// By inode.
+    open: Vec<(u64, std::fs::File)>,
 }
 
 impl Followed {
@@ -402,12 +403,17 @@ impl PodLogs {
                         let followed = logs.entry(pod.0.to_owned()).or_default();
                         let dir = e.path().join("media-worker");
                         for f in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-                            let path = f.path();
-                            if followed.open.iter().any(|(p, _)| *p == path) {
+                            // By inode: a rotated log keeps its file under a new name, and a
+                            // new file takes the old name.
+                            use std::os::unix::fs::MetadataExt;
+                            let Ok(ino) = f.metadata().map(|m| m.ino()) else {
+                                continue;
+                            };
+                            if followed.open.iter().any(|(i, _)| *i == ino) {
                                 continue;
                             }
-                            if let Ok(file) = std::fs::File::open(&path) {
-                                followed.open.push((path, file));
+                            if let Ok(file) = std::fs::File::open(f.path()) {
+                                followed.open.push((ino, file));
                             }
                         }
                     }
