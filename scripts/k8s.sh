@@ -18,6 +18,12 @@
 #                              pod network: pods run with hostNetwork (the CNI configuration is a
 #                              loopback-only one, there so that the runtime reports its network
 #                              ready; no pod ever gets an address of its own).
+#   scripts/k8s.sh keda DIR NS starts KEDA (its operator and metrics adapter, built by `build`
+#                              from scripts/k8s/keda/go.mod) against the cluster, watching the
+#                              namespace NS (`up` installs its CRDs), the external metrics API registered
+#                              with the aggregation layer (an APIService whose Service is
+#                              ExternalName localhost: the API server dials the adapter on
+#                              127.0.0.1). `keda-down DIR` stops it and unregisters the API.
 #   scripts/k8s.sh down DIR    kills the cluster and its pods, removes DIR.
 #   scripts/k8s.sh import DIR IMAGE   loads a local Docker image into the cluster's containerd
 #                              (`docker save | ctr -n k8s.io images import`): pods use it with
@@ -49,6 +55,21 @@ build() {
     mv "$BIN/$name.tmp" "$BIN/$name"
     echo "k8s.sh: built $name in $(( $(date +%s) - start )) s"
   done
+  # KEDA, from its own module (its scalers' dependencies must not move the pins above), and its
+  # CRDs from the same release.
+  local keda=(keda-operator github.com/kedacore/keda/v2/cmd/operator keda-adapter github.com/kedacore/keda/v2/cmd/adapter)
+  local i kedadir kversion
+  kedadir=$(cd "$HERE/k8s/keda" && go list -m -f '{{.Dir}}' github.com/kedacore/keda/v2)
+  kversion=$(cd "$HERE/k8s/keda" && go list -m -f '{{.Version}}' github.com/kedacore/keda/v2)
+  for i in 0 2; do
+    name=${keda[i]}; pkg=${keda[i+1]}
+    [ -x "$BIN/$name" ] && continue
+    start=$(date +%s)
+    (cd "$HERE/k8s/keda" && go build -trimpath -ldflags "-s -w -X github.com/kedacore/keda/v2/version.Version=${kversion#v}" -o "$BIN/$name.tmp" "$pkg")
+    mv "$BIN/$name.tmp" "$BIN/$name"
+    echo "k8s.sh: built $name in $(( $(date +%s) - start )) s"
+  done
+  [ -f "$BIN/keda-crds.yaml" ] || for f in "$kedadir"/config/crd/bases/*.yaml; do echo ---; cat "$f"; done >"$BIN/keda-crds.yaml"
   # The sandbox image: one static binary in a Docker archive (what `ctr images import` reads).
   if [ ! -f "$BIN/pause.tar" ]; then
     local work; work=$(mktemp -d)
@@ -131,12 +152,18 @@ certs() {
 extendedKeyUsage=serverAuth"
   # One client identity for the control plane, the kubelet and the tests: a cluster admin.
   issue admin "/O=system:masters/CN=admin" "extendedKeyUsage=clientAuth"
+  # The aggregation layer's client (the API server proxying to an extension API server), and
+  # KEDA's one identity (its gRPC is mutual TLS; its adapter serves the API server under the
+  # name the aggregator checks, <service>.<namespace>.svc).
+  issue front-proxy /CN=front-proxy-client "extendedKeyUsage=clientAuth"
+  issue keda /CN=keda "subjectAltName=DNS:localhost,IP:127.0.0.1,DNS:keda-metrics-apiserver.keda.svc,DNS:keda-operator.keda.svc
+extendedKeyUsage=serverAuth,clientAuth"
   openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
   openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 }
 
 up() {
-  for b in kube-apiserver etcd kubelet kube-controller-manager kube-scheduler kubectl pause.tar; do
+  for b in kube-apiserver etcd kubelet kube-controller-manager kube-scheduler kubectl pause.tar keda-operator keda-adapter keda-crds.yaml; do
     [ -e "$BIN/$b" ] || { echo "k8s.sh: no $BIN/$b: run scripts/setup.sh --k8s" >&2; exit 1; }
   done
   local t0; t0=$(date +%s.%N)
@@ -206,7 +233,11 @@ EOF
     --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$pki/sa.pub" \
     --service-account-signing-key-file "$pki/sa.key" --service-cluster-ip-range 10.96.0.0/24 \
     --kubelet-client-certificate "$pki/admin.crt" --kubelet-client-key "$pki/admin.key" \
-    --kubelet-certificate-authority "" --allow-privileged=true
+    --kubelet-certificate-authority "" --allow-privileged=true \
+    --requestheader-client-ca-file "$pki/ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$pki/front-proxy.crt" --proxy-client-key-file "$pki/front-proxy.key"
   wait_for containerd 30 ctr -a "$DIR/containerd/containerd.sock" version
   ctr -a "$DIR/containerd/containerd.sock" -n k8s.io images import "$BIN/pause.tar" >/dev/null
   ln -s "$BIN/kubectl" "$DIR/kubectl"
@@ -264,6 +295,9 @@ EOF
     --root-dir "$DIR/kubelet" --hostname-override local --containerd "$DIR/containerd/containerd.sock"
   wait_for "a Ready node" 120 bash -c "'${kubectl[0]}' --kubeconfig '$DIR/kubeconfig' get node local -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
   wait_for "the default service account" 60 "${kubectl[@]}" -n default get serviceaccount default
+  # KEDA's CRDs, as on a cluster where it is installed (its controller runs only when `keda`
+  # starts it: the other tests' ScaledObjects are then objects and nothing more).
+  "${kubectl[@]}" apply --server-side -f "$BIN/keda-crds.yaml" >/dev/null
   local image
   for image in "$@"; do import_image "$image"; done
   echo "k8s.sh: cluster up in $(python3 -c "import sys; print(round($(date +%s.%N) - $t0, 1))") s" >&2
@@ -277,6 +311,52 @@ EOF
   fi
   echo "K8S_DIR=$DIR"
   echo "KUBECONFIG=$DIR/kubeconfig"
+}
+
+keda() { # the namespace KEDA watches
+  local ns=$1 pki=$DIR/pki certs=$DIR/keda-certs kubectl=("$BIN/kubectl" --kubeconfig "$DIR/kubeconfig")
+  local grpc_port api_port metrics_port health_port adapter_metrics
+  read -r grpc_port api_port metrics_port health_port adapter_metrics <<<"$(free_ports 5)"
+  mkdir -p "$certs"
+  cp "$pki/ca.crt" "$certs/ca.crt"; cp "$pki/keda.crt" "$certs/tls.crt"; cp "$pki/keda.key" "$certs/tls.key"
+  local env=(env KUBECONFIG="$DIR/kubeconfig" WATCH_NAMESPACE="$ns" POD_NAMESPACE=keda KEDA_CLUSTER_OBJECT_NAMESPACE=keda)
+  start keda-operator "${env[@]}" "$BIN/keda-operator" --leader-elect=false --cert-dir "$certs" \
+    --enable-cert-rotation=false --enable-webhook-patching=false --enable-apiservice-patching=false \
+    --metrics-bind-address "127.0.0.1:$metrics_port" --health-probe-bind-address "127.0.0.1:$health_port" \
+    --metrics-service-bind-address "127.0.0.1:$grpc_port" --zap-log-level info
+  start keda-adapter "${env[@]}" "$BIN/keda-adapter" --secure-port "$api_port" --bind-address 127.0.0.1 \
+    --cert-dir "$certs" --tls-cert-file "$certs/tls.crt" --tls-private-key-file "$certs/tls.key" \
+    --client-ca-file "$pki/ca.crt" --authentication-kubeconfig "$DIR/kubeconfig" \
+    --authorization-kubeconfig "$DIR/kubeconfig" --lister-kubeconfig "$DIR/kubeconfig" \
+    --metrics-service-address "localhost:$grpc_port" --port "$adapter_metrics" --zap-log-level info
+  "${kubectl[@]}" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata: { name: keda }
+---
+apiVersion: v1
+kind: Service
+metadata: { name: keda-metrics-apiserver, namespace: keda }
+spec: { type: ExternalName, externalName: localhost, ports: [ { name: https, port: $api_port } ] }
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: { name: v1beta1.external.metrics.k8s.io }
+spec:
+  service: { name: keda-metrics-apiserver, namespace: keda, port: $api_port }
+  group: external.metrics.k8s.io
+  version: v1beta1
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  caBundle: $(base64 -w0 "$pki/ca.crt")
+EOF
+  wait_for "KEDA's external metrics API" 120 "${kubectl[@]}" get --raw /apis/external.metrics.k8s.io/v1beta1
+  echo "k8s.sh: KEDA up, watching $ns (logs: $DIR/keda-operator.log, $DIR/keda-adapter.log)" >&2
+}
+
+keda_down() {
+  "$BIN/kubectl" --kubeconfig "$DIR/kubeconfig" delete --ignore-not-found apiservice v1beta1.external.metrics.k8s.io >/dev/null || true
+  stop_pid "$DIR/keda-adapter.pid"; stop_pid "$DIR/keda-operator.pid"
 }
 
 import_image() { # a local Docker image into the cluster's containerd
@@ -307,7 +387,7 @@ down() {
       ctr -a "$sock" -n k8s.io containers delete "$c" >/dev/null 2>&1 || true
     done
   fi
-  for p in kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do stop_pid "$DIR/$p.pid"; done
+  for p in keda-adapter keda-operator kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do stop_pid "$DIR/$p.pid"; done
   # Shims left (their command line names this cluster's socket): ours, ended by pid.
   for p in $(pgrep -f -- "-address $sock" || true); do kill -KILL "$p" 2>/dev/null || true; done
   findmnt -rn -o TARGET | grep -F "$DIR/" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
@@ -320,9 +400,11 @@ case "${1:-}" in
   build) build ;;
   up) shift; up "$@" ;;
   down) DIR=${2:?usage: k8s.sh down DIR}; down ;;
+  keda) DIR=${2:?usage: k8s.sh keda DIR NAMESPACE}; keda "${3:?usage: k8s.sh keda DIR NAMESPACE}" ;;
+  keda-down) DIR=${2:?usage: k8s.sh keda-down DIR}; keda_down ;;
   import)
     DIR=${2:?usage: k8s.sh import DIR IMAGE}; import_image "${3:?usage: k8s.sh import DIR IMAGE}"
     ;;
   ctr) DIR=${2:?usage: k8s.sh ctr DIR ARGS...}; shift 2; ctr -a "$DIR/containerd/containerd.sock" -n k8s.io "$@" ;;
-  *) sed -n '2,34p' "$0"; exit 2 ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 2 ;;
 esac

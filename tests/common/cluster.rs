@@ -75,7 +75,7 @@ impl Cluster {
             .expect("the kubelet's port in kubelet.yaml")
     }
 
-    /// The kinds deploy/k8s uses beside the core ones (tests/k8s/crds.yaml).
+    /// The kinds deploy/k8s uses beside the core ones and KEDA's (tests/k8s/crds.yaml).
     pub fn install_crds(&self) {
         let crds = manifest_path("tests/k8s/crds.yaml");
         self.kubectl_ok(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
@@ -98,6 +98,8 @@ pub struct Options {
     pub env: Vec<(String, String)>,
     /// JSON patch operations on the Deployment (YAML list items).
     pub patch: String,
+    /// JSON patch operations on the ScaledObject (YAML list items).
+    pub scaling: String,
 }
 
 /// deploy/k8s as the local-cluster overlay renders it, in a namespace of its own, against the
@@ -175,6 +177,12 @@ impl<'a> Deployment<'a> {
             "        path: /spec/template/spec/containers/0/ports/0/containerPort".into(),
             format!("        value: {http_port}"),
             indent(&o.patch, 6),
+            "  - target: { kind: ScaledObject, name: media-worker }".into(),
+            "    patch: |".into(),
+            "      - op: test".into(),
+            "        path: /kind".into(),
+            "        value: ScaledObject".into(),
+            indent(&o.scaling, 6),
         ]
         .join("\n");
         std::fs::write(dir.path().join("kustomization.yaml"), kustomization).unwrap();
@@ -186,6 +194,23 @@ impl<'a> Deployment<'a> {
             http_port,
             dir,
         }
+    }
+
+    /// KEDA (`scripts/k8s.sh keda`) watching this namespace, until dropped.
+    pub fn keda(&self) -> Keda<'_> {
+        let out = Command::new(manifest_path("scripts/k8s.sh"))
+            .arg("keda")
+            .arg(&self.cluster.dir)
+            .arg(&self.ns)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "k8s.sh keda: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Keda { d: self }
     }
 
     pub fn kubectl_ok(&self, args: &[&str]) -> String {
@@ -299,6 +324,39 @@ impl<'a> Deployment<'a> {
     /// The kustomization the test applied (for a test that applies it again, changed).
     pub fn kustomization_dir(&self) -> &Path {
         self.dir.path()
+    }
+}
+
+/// KEDA's operator and metrics adapter, running against the cluster for one deployment's
+/// namespace; stopped when dropped (their logs printed if the test is failing).
+pub struct Keda<'a> {
+    d: &'a Deployment<'a>,
+}
+
+impl Keda<'_> {
+    /// The operator's log so far.
+    pub fn operator_log(&self) -> String {
+        std::fs::read_to_string(self.d.cluster.dir.join("keda-operator.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Keda<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for piece in ["keda-operator", "keda-adapter"] {
+                let log = std::fs::read_to_string(self.d.cluster.dir.join(format!("{piece}.log")))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                eprintln!("--- {piece}'s log, last lines:");
+                for l in tail.iter().rev() {
+                    eprintln!("{l}");
+                }
+            }
+        }
+        let _ = Command::new(manifest_path("scripts/k8s.sh"))
+            .arg("keda-down")
+            .arg(&self.d.cluster.dir)
+            .output();
     }
 }
 
