@@ -299,9 +299,9 @@ async fn rolling_restarts_answer_every_request_once() {
     );
 }
 
-/// Photos at one width, and videos as one 360p rendition: the work of the scaling scenario.
+/// Photos at one width, and videos as one 720p rendition: the work of the scaling scenario.
 const SCALE_PROFILE: &str = "[profiles.work]\nanalysis = false\nwidths = [640]\n\
-     formats = [{ format = \"webp\", quality = 80 }]\nrenditions = [{ height = 360, crf = 26 }]\n\
+     formats = [{ format = \"webp\", quality = 80 }]\nrenditions = [{ height = 720, crf = 26 }]\n\
      poster = false\n";
 
 /// KEDA (its operator and metrics adapter, `scripts/k8s.sh keda`) scales the shipped
@@ -371,7 +371,7 @@ async fn keda_scales_out_on_lag_and_in_without_dropping_a_job() {
             .then_some(())
     });
     let dir = tempfile::tempdir().unwrap();
-    let video = synthetic::camera_like_video(dir.path(), 90, 640, 360);
+    let video = synthetic::camera_like_video(dir.path(), 120, 1280, 720);
     stack.upload_file("clip.mp4", &video).await;
     stack.upload_corpus("imageio_coffee.png").await;
     let responses = stack.responses();
