@@ -41,34 +41,32 @@ BIN=${K8S_BIN:-$HOME/.cache/media-worker/k8s-$VERSION/bin}
 
 PAUSE_IMAGE=docker.io/media-worker-k8s/pause:$VERSION
 
+go_build() { # module dir, name, package, ldflags: into BIN unless there, with its build time
+  [ -x "$BIN/$2" ] && return 0
+  local start; start=$(date +%s)
+  (cd "$1" && go build -trimpath -ldflags "$4" -o "$BIN/$2.tmp" "$3")
+  mv "$BIN/$2.tmp" "$BIN/$2"
+  echo "k8s.sh: built $2 in $(( $(date +%s) - start )) s"
+}
+
 build() {
   mkdir -p "$BIN"
   local minor=${VERSION#v1.}; minor=${minor%%.*}
   local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
-  local pkg name start
+  local pkg name
   for pkg in k8s.io/kubernetes/cmd/kube-apiserver go.etcd.io/etcd/server/v3 k8s.io/kubernetes/cmd/kubelet \
     k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl; do
     name=${pkg##*/}; [ "$name" = v3 ] && name=etcd
-    [ -x "$BIN/$name" ] && continue
-    start=$(date +%s)
-    (cd "$HERE/k8s" && go build -trimpath -ldflags "$ldflags" -o "$BIN/$name.tmp" "$pkg")
-    mv "$BIN/$name.tmp" "$BIN/$name"
-    echo "k8s.sh: built $name in $(( $(date +%s) - start )) s"
+    go_build "$HERE/k8s" "$name" "$pkg" "$ldflags"
   done
   # KEDA, from its own module (its scalers' dependencies must not move the pins above), and its
   # CRDs from the same release.
-  local keda=(keda-operator github.com/kedacore/keda/v2/cmd/operator keda-adapter github.com/kedacore/keda/v2/cmd/adapter)
-  local i kedadir kversion
+  local kedadir kversion
   kedadir=$(cd "$HERE/k8s/keda" && go list -m -f '{{.Dir}}' github.com/kedacore/keda/v2)
   kversion=$(cd "$HERE/k8s/keda" && go list -m -f '{{.Version}}' github.com/kedacore/keda/v2)
-  for i in 0 2; do
-    name=${keda[i]}; pkg=${keda[i+1]}
-    [ -x "$BIN/$name" ] && continue
-    start=$(date +%s)
-    (cd "$HERE/k8s/keda" && go build -trimpath -ldflags "-s -w -X github.com/kedacore/keda/v2/version.Version=${kversion#v}" -o "$BIN/$name.tmp" "$pkg")
-    mv "$BIN/$name.tmp" "$BIN/$name"
-    echo "k8s.sh: built $name in $(( $(date +%s) - start )) s"
-  done
+  ldflags="-s -w -X github.com/kedacore/keda/v2/version.Version=${kversion#v}"
+  go_build "$HERE/k8s/keda" keda-operator github.com/kedacore/keda/v2/cmd/operator "$ldflags"
+  go_build "$HERE/k8s/keda" keda-adapter github.com/kedacore/keda/v2/cmd/adapter "$ldflags"
   [ -f "$BIN/keda-crds.yaml" ] || for f in "$kedadir"/config/crd/bases/*.yaml; do echo ---; cat "$f"; done >"$BIN/keda-crds.yaml"
   # The sandbox image: one static binary in a Docker archive (what `ctr images import` reads).
   if [ ! -f "$BIN/pause.tar" ]; then

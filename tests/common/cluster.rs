@@ -177,6 +177,7 @@ impl<'a> Deployment<'a> {
             "        path: /spec/template/spec/containers/0/ports/0/containerPort".into(),
             format!("        value: {http_port}"),
             indent(&o.patch, 6),
+            // A patch must have an operation: a `test` that holds, then the test's own.
             "  - target: { kind: ScaledObject, name: media-worker }".into(),
             "    patch: |".into(),
             "      - op: test".into(),
